@@ -1,0 +1,215 @@
+"""One episode: the agent's whole interface (the twelve tools of SPEC section 5) and its record.
+
+`Episode.call(tool, **args)` returns a plain JSON-serializable dict. A malformed call (unknown
+tool, unexpected or missing argument, bad key, non-positive wait) or any call after the end raises
+`InvalidCall` before anything changes: not the clock, the budget, nor the log. A call that is
+well-formed but refused by the world (`ship` after the deadline, a probe the arm does not allow)
+returns a result with an `error` field and spends its call and ticks, as SPEC says of `ship`.
+
+Probe arms (`probe=`): `full` (SPEC); `none` (every probe refused); `delayed` (answers as of 120
+ticks ago); `rate_limited` (at most 2 answered probes per episode, later ones refused);
+`identity` (confirms that each capture operation exists and was submitted, never its outcome).
+A refused probe costs its call and its 5 ticks.
+
+Choices where SPEC is silent: a lapse (budget spent or horizon reached) is recorded as disposition
+`close` with `lapsed=True`; `premature` counts an irreversible action (the five dispositions,
+`retry_capture("fresh")`, a lapse) taken before `t_det`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .economics import DEFAULT_COSTS, Costs, outcome_of, price
+from .faults import FaultProfile
+from .oracle import reference_position
+from .replicas import BANK, ERP, LEDGER, PROCESSOR, Replicas
+from .tasks import CALL_BUDGET, HANDOVER_AT, HORIZON, SHIP_BY, Task
+from .world import DISPOSITIONS, World
+
+READS = ("read_processor", "read_ledger", "read_erp", "read_bank")
+TOOLS = READS + ("probe_processor", "wait", "retry_capture") + DISPOSITIONS
+RETRY_KEYS = ("original", "fresh")
+PROBE_ARMS = ("full", "none", "delayed", "rate_limited", "identity")
+PROBE_DELAY = 120
+PROBE_LIMIT = 2
+PROBE_TICKS = 5
+_READ_SYSTEM = {"read_processor": PROCESSOR, "read_ledger": LEDGER, "read_erp": ERP,
+                "read_bank": BANK}
+_DEFAULT_FAULTS = FaultProfile()
+
+
+class InvalidCall(ValueError):
+    """A call the interface cannot accept; raised before anything changes."""
+
+
+class EpisodeRecord(NamedTuple):
+    """Everything the grader needs from one episode, in integer cents and ticks. `cash`,
+    `goods_left` and `escalated` are what the position is computed from, so a record can be
+    re-priced under other cost constants. Immutable; a NamedTuple rather than a frozen dataclass
+    because one is built per episode (a frozen dataclass of 23 fields costs 5 us to construct)."""
+
+    task_id: str
+    archetype: str
+    twin_id: str | None
+    twin_half: str | None
+    seed: int
+    probe: str
+    disposition: str
+    lapsed: bool
+    premature: bool
+    calls_used: int
+    end_t: int
+    order_value: int
+    cash: int
+    goods_left: bool
+    escalated: bool
+    position: int
+    reference: int
+    gap: int
+    cogs: int
+    liability: int
+    dispute: int
+    escalation: int
+    fault_firings: dict
+
+    def to_dict(self) -> dict:
+        return self._asdict()
+
+
+class Episode:
+    __slots__ = ("task", "seed", "faults", "probe", "costs", "world", "now", "calls_used",
+                 "done", "disposition", "lapsed", "premature", "probes_answered", "history",
+                 "_replicas", "_record")
+
+    def __init__(self, task: Task, seed: int = 0, faults: FaultProfile | None = None,
+                 probe: str = "full", costs: Costs | None = None):
+        if not isinstance(task, Task):
+            raise TypeError(f"task must be a finality_gym Task, got {type(task).__name__}")
+        if type(seed) is not int or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        if faults is not None and not isinstance(faults, FaultProfile):
+            raise ValueError(f"faults must be a FaultProfile or None, got {faults!r}")
+        if probe not in PROBE_ARMS:
+            raise ValueError(f"unknown probe arm {probe!r}; valid: {', '.join(PROBE_ARMS)}")
+        if costs is not None and not isinstance(costs, Costs):
+            raise ValueError(f"costs must be a Costs or None, got {costs!r}")
+        self.task = task
+        self.seed = seed
+        self.faults = _DEFAULT_FAULTS if faults is None else faults
+        self.probe = probe
+        self.costs = DEFAULT_COSTS if costs is None else costs
+        self.world = World(task)
+        self.now = HANDOVER_AT
+        self.calls_used = 0
+        self.done = False
+        self.disposition: str | None = None
+        self.lapsed = False
+        self.premature = False
+        self.probes_answered = 0
+        self.history: list[tuple[int, str, dict, dict]] = []
+        self._replicas: Replicas | None = None
+        self._record: EpisodeRecord | None = None
+
+    # ----------------------------------------------------------------- the call surface
+    def call(self, tool: str, **args) -> dict:
+        if self.done:
+            raise InvalidCall(f"the episode has ended (t={self.world.ended_at}, disposition "
+                              f"{self.disposition!r}); no further calls are accepted")
+        ticks = _validate(tool, args)
+        t = self.now
+        system = _READ_SYSTEM.get(tool)
+        if system is not None:
+            self.world.advance(t)
+            if self._replicas is None:
+                self._replicas = Replicas(self.world, self.task, self.seed, self.faults)
+            result = self._replicas.read(system, t, self.calls_used)
+        elif tool == "wait":
+            ticks = min(ticks, HORIZON - t)
+            result = {"ticks": ticks}
+        elif tool == "probe_processor":
+            result = self._probe(t)
+        elif tool == "retry_capture":
+            key = args["key"]
+            if key == "fresh" and t < self.task.t_det:
+                self.premature = True
+            self.world.retry(key, t)
+            result = {"key": key, "ack": "accepted"}
+        elif tool == "ship" and t > SHIP_BY:
+            result = {"error": f"ship refused: the ship-by deadline (t={SHIP_BY}) has passed and "
+                               "the customer has cancelled"}
+        else:
+            result = {"ok": True}
+            self._end(tool, t, lapsed=False)
+        result["tool"] = tool
+        result["t"] = t
+        self.calls_used += 1
+        self.history.append((t, tool, args, result))
+        if not self.done:
+            self.now = min(t + ticks, HORIZON)
+            if self.calls_used >= CALL_BUDGET or self.now >= HORIZON:
+                self._end("close", self.now, lapsed=True)
+        else:
+            self.now = min(t + ticks, HORIZON)
+        return result
+
+    def _probe(self, t: int) -> dict:
+        arm = self.probe
+        if arm == "none":
+            return {"error": "probe refused: no finality source in this arm"}
+        if arm == "rate_limited" and self.probes_answered >= PROBE_LIMIT:
+            return {"error": f"probe refused: at most {PROBE_LIMIT} probes per episode"}
+        self.probes_answered += 1
+        if arm == "identity":
+            return {"captures": {op: "submitted" for op in self.world.operations(t)}}
+        return {"captures": self.world.probe(t - PROBE_DELAY if arm == "delayed" else t)}
+
+    def _end(self, disposition: str, t: int, lapsed: bool) -> None:
+        if t < self.task.t_det:
+            self.premature = True
+        self.world.dispose(disposition, t)
+        self.done = True
+        self.disposition = disposition
+        self.lapsed = lapsed
+
+    # ----------------------------------------------------------------- the record
+    def record(self) -> EpisodeRecord:
+        if not self.done:
+            raise InvalidCall("the episode is still running; record() is available once it ends")
+        if self._record is None:
+            task = self.task
+            outcome = outcome_of(self.world.log, task.order_value)
+            position = price(outcome, self.costs)
+            reference = reference_position(task, self.costs)
+            if self._replicas is None:
+                self._replicas = Replicas(self.world, task, self.seed, self.faults)
+            self._record = EpisodeRecord(
+                task.task_id, task.archetype, task.twin_id, task.twin_half, self.seed, self.probe,
+                self.disposition, self.lapsed, self.premature, self.calls_used,
+                self.world.ended_at, task.order_value, outcome.cash, outcome.goods_left,
+                outcome.escalated, position.total, reference, reference - position.total,
+                position.cogs, position.liability, position.dispute, position.escalation,
+                self._replicas.fault_firings(self.world.ended_at))
+        return self._record
+
+
+def _validate(tool: str, args: dict) -> int:
+    """Check one call's shape; return its cost in ticks (a wait's requested ticks)."""
+    if tool == "wait":
+        if set(args) != {"ticks"}:
+            raise InvalidCall(f"wait takes exactly one argument 'ticks', got {sorted(args)}")
+        ticks = args["ticks"]
+        if type(ticks) is not int or ticks < 1:
+            raise InvalidCall(f"wait: ticks must be an int >= 1, got {ticks!r}")
+        return ticks
+    if tool == "retry_capture":
+        if set(args) != {"key"}:
+            raise InvalidCall(f"retry_capture takes exactly one argument 'key', got {sorted(args)}")
+        if args["key"] not in RETRY_KEYS:
+            raise InvalidCall(f"retry_capture: key must be one of {RETRY_KEYS}, got {args['key']!r}")
+        return 1
+    if tool not in TOOLS:
+        raise InvalidCall(f"unknown tool {tool!r}; valid tools: {', '.join(TOOLS)}")
+    if args:
+        raise InvalidCall(f"{tool} takes no arguments, got {sorted(args)}")
+    return PROBE_TICKS if tool == "probe_processor" else 1
