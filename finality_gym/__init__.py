@@ -10,6 +10,10 @@ from .episode import PROBE_ARMS, TOOLS, Episode, EpisodeRecord, InvalidCall
 from .faults import FAMILIES, FaultProfile
 from .tasks import ARCHETYPES, Task
 
+from .registration import ENV_IDS, register_envs
+
+register_envs()
+
 __all__ = ["ARCHETYPES", "FAMILIES", "PROBE_ARMS", "SPLITS", "TOOLS", "Corpus", "Costs",
-           "Episode", "EpisodeRecord", "FaultProfile", "InvalidCall", "Task", "load_corpus"]
+           "ENV_IDS", "Episode", "EpisodeRecord", "FaultProfile", "InvalidCall", "Task", "load_corpus"]
 __version__ = "0.1.0"

@@ -4,8 +4,9 @@ A split is the same generator run from a different master seed (`public`: 1729, 
 2718), never a hold-out of one draw. Draws come from `random.Random(master_seed)`, whose integer
 methods are stable across processes and Python versions. Tasks are generated in a fixed order:
 the 30 pending twin pairs, the 15 unresolvable twin pairs, then the singletons archetype by
-archetype in SPEC's order; task ids are `NNN-archetype` (NNN counts constructions, so both halves
-of a pair share it, suffixed `a` for the settling and `b` for the failing half).
+archetype in SPEC's order; task ids are `SSS-NNN-archetype` (SSS the split's first three letters,
+so ids are unique across splits; NNN counts constructions, so both halves of a pair share it,
+suffixed `a` for the settling and `b` for the failing half).
 
 The fingerprint is the first 16 hex digits of the SHA-256 of the split's canonical JSON
 (sorted keys, no whitespace) of `{"split": ..., "tasks": [...]}`.
@@ -81,6 +82,7 @@ def generate(split: str) -> tuple[Task, ...]:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     rng = random.Random(SPLITS[split])
+    prefix = split[:3]
     tasks: list[Task] = []
     n = 0
     for pairs, (settle_arch, settle_fate), (fail_arch, fail_fate), t_range in (
@@ -90,10 +92,10 @@ def generate(split: str) -> tuple[Task, ...]:
     ):
         for _ in range(pairs):
             d = _draws(rng, t_range)
-            twin = f"twin-{n:03d}"
-            tasks.append(Task(f"{n:03d}a-{settle_arch}", settle_arch, settle_fate, twin_id=twin,
+            twin = f"{prefix}-twin-{n:03d}"
+            tasks.append(Task(f"{prefix}-{n:03d}a-{settle_arch}", settle_arch, settle_fate, twin_id=twin,
                               twin_half="settle", **d))
-            tasks.append(Task(f"{n:03d}b-{fail_arch}", fail_arch, fail_fate, twin_id=twin,
+            tasks.append(Task(f"{prefix}-{n:03d}b-{fail_arch}", fail_arch, fail_fate, twin_id=twin,
                               twin_half="fail", **d))
             n += 1
     for archetype, fate, t_range, count in _SINGLETONS:
@@ -108,7 +110,7 @@ def generate(split: str) -> tuple[Task, ...]:
                 extra["processor_lag"] = rng.randint(240, 480)
             if archetype == "late_chargeback":
                 extra["chargeback_at"] = rng.randint(900, 1700)
-            tasks.append(Task(f"{n:03d}-{archetype}", archetype, fate_here, **d, **extra))
+            tasks.append(Task(f"{prefix}-{n:03d}-{archetype}", archetype, fate_here, **d, **extra))
             n += 1
     return tuple(tasks)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .economics import DEFAULT_COSTS, Costs, outcome_of, price
-from .faults import FaultProfile
+from .faults import FAMILIES, FaultProfile
 from .oracle import reference_position
 from .replicas import BANK, ERP, LEDGER, PROCESSOR, Replicas
 from .tasks import CALL_BUDGET, HANDOVER_AT, HORIZON, SHIP_BY, Task
@@ -37,6 +37,7 @@ PROBE_TICKS = 5
 _READ_SYSTEM = {"read_processor": PROCESSOR, "read_ledger": LEDGER, "read_erp": ERP,
                 "read_bank": BANK}
 _DEFAULT_FAULTS = FaultProfile()
+_NO_FIRINGS = dict.fromkeys(FAMILIES, 0)
 
 
 class InvalidCall(ValueError):
@@ -181,15 +182,13 @@ class Episode:
             outcome = outcome_of(self.world.log, task.order_value)
             position = price(outcome, self.costs)
             reference = reference_position(task, self.costs)
-            if self._replicas is None:
-                self._replicas = Replicas(self.world, task, self.seed, self.faults)
             self._record = EpisodeRecord(
                 task.task_id, task.archetype, task.twin_id, task.twin_half, self.seed, self.probe,
                 self.disposition, self.lapsed, self.premature, self.calls_used,
                 self.world.ended_at, task.order_value, outcome.cash, outcome.goods_left,
                 outcome.escalated, position.total, reference, reference - position.total,
                 position.cogs, position.liability, position.dispute, position.escalation,
-                self._replicas.fault_firings(self.world.ended_at))
+                _NO_FIRINGS.copy() if self._replicas is None else self._replicas.fault_firings())
         return self._record
 
 

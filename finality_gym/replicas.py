@@ -15,20 +15,17 @@ Choices where SPEC is silent:
 - `stale_processor`: a processor read shows the replica as of max(t - lag - L, 20), lag being the
   profile's stale-read lag (0 when it does not fire).
 - Ledger balances: cash and clearing are debit-normal (debits - credits), sales is credit-normal.
-- `fault_firings` counts profile firings that took effect on the deliveries of events up to the
-  end of the episode, and on the episode's reads.
-
-Speed: the events before the hand-over (t < 120) are the same in every episode of a task, so their
-deliveries are built once per (task, seed, profile) and copied into each new episode
-(`_prefix`); nothing the agent does can change them.
+- `fault_firings` counts the profile firings that took effect on what the agent could observe:
+  the deliveries to each system of the events up to the agent's last read of that system, and
+  the agent's reads. A fault on a delivery to a system nobody read changed nothing in the
+  episode, and counting it would mean building every system's deliveries for every episode,
+  which would triple the cost of a short one.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from .faults import FAMILIES, GOLDEN, MASK64, FaultProfile, draw, episode_key, mix64
-from .tasks import HANDOVER_AT, Task
+from .tasks import Task
 from .world import Event, World
 
 SYSTEMS = ("processor", "ledger", "erp", "bank")
@@ -84,26 +81,15 @@ class Replicas:
 
     __slots__ = ("world", "task", "key", "thr", "deliveries", "synced", "prev", "firings")
 
-    def __init__(self, world: World, task: Task, seed: int, faults: FaultProfile,
-                 prefix: bool = True):
+    def __init__(self, world: World, task: Task, seed: int, faults: FaultProfile):
         self.world = world
         self.task = task
         self.key = episode_key(task.fault_key, seed)
         self.thr = faults.thresholds
-        if prefix:
-            world.advance(HANDOVER_AT - 1)  # the snapshot's log indices assume this much log
-            deliveries, synced, prev, firings = _prefix(task, seed, faults)
-            d0, d1, d2, d3 = deliveries
-            self.deliveries = ([d[:] for d in d0], [d[:] for d in d1], [d[:] for d in d2],
-                               [d[:] for d in d3])
-            self.synced = synced[:]
-            self.prev = [None if i is None else dels[i] for dels, i in zip(self.deliveries, prev)]
-            self.firings = firings[:]
-        else:
-            self.deliveries = ([], [], [], [])
-            self.synced = [0, 0, 0, 0]  # log index up to which each system's deliveries are built
-            self.prev = [None, None, None, None]  # last primary delivery, for reorder pairing
-            self.firings = [0, 0, 0, 0, 0, 0]
+        self.deliveries: tuple[list, ...] = ([], [], [], [])
+        self.synced = [0, 0, 0, 0]  # log index up to which each system's deliveries are built
+        self.prev: list = [None, None, None, None]  # last primary delivery, for reorder pairing
+        self.firings = [0, 0, 0, 0, 0, 0]
 
     # ----------------------------------------------------------------- deliveries
     def sync(self, system: int, until_t: int) -> None:
@@ -177,24 +163,8 @@ class Replicas:
         self.sync(system, now)
         return _FOLDS[system](self.deliveries[system], as_of)
 
-    def fault_firings(self, until_t: int) -> dict[str, int]:
-        for system in range(4):
-            self.sync(system, until_t)
+    def fault_firings(self) -> dict[str, int]:
         return dict(zip(FAMILIES, self.firings))
-
-
-@lru_cache(maxsize=1 << 15)
-def _prefix(task: Task, seed: int, faults: FaultProfile) -> tuple:
-    """The deliveries of the events before the hand-over, as an immutable snapshot."""
-    world = World(task)
-    world.advance(HANDOVER_AT - 1)
-    replicas = Replicas(world, task, seed, faults, prefix=False)
-    for system in range(4):
-        replicas.sync(system, HANDOVER_AT - 1)
-    prev = tuple(None if p is None else next(i for i, d in enumerate(dels) if d is p)
-                 for dels, p in zip(replicas.deliveries, replicas.prev))
-    # Copied, never mutated, by every episode that uses it.
-    return replicas.deliveries, replicas.synced, prev, replicas.firings
 
 
 def _visible(deliveries: list, as_of: int) -> list:

@@ -73,6 +73,11 @@ def test_fingerprints_are_stable_across_processes():
     assert outs == {here}
 
 
+def test_task_ids_are_unique_across_splits():
+    ids = [t.task_id for s in ("public", "regenerated") for t in finality_gym.load_corpus(s).tasks]
+    assert len(set(ids)) == len(ids) == 642
+
+
 def test_unknown_split_names_the_valid_ones():
     with pytest.raises(ValueError, match="unknown split 'holdout'; valid: public, regenerated"):
         finality_gym.load_corpus("holdout")

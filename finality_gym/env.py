@@ -1,0 +1,408 @@
+"""`Finality-v0`: a thin Gymnasium encoder over the world engine (`finality_gym.Episode`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from .corpus import SPLITS, load_corpus
+from .economics import DEFAULT_COSTS, Costs
+from .episode import PROBE_ARMS, READS, Episode, InvalidCall
+from .faults import FAMILIES, FaultProfile
+from .tasks import ARCHETYPES, CALL_BUDGET, HANDOVER_AT, HORIZON, ORDER_VALUES, SHIP_BY
+
+DEFAULT_WAITS = (10, 30, 60, 120)
+_MAX_OV_LOG = math.log(max(ORDER_VALUES))
+PROC_STATUSES = ("absent", "submitted", "settled", "failed_soft", "failed_hard", "reversed")
+PROBE_STATUSES = ("none", "unknown", "settled", "failed_soft", "failed_hard", "submitted")
+ERP_STATUSES = (None, "placed", "authorized", "payment_pending", "paid", "payment_failed",
+                "shipped", "refunded", "disputed")
+_PROC_INDEX = {"submitted": 1, "settled": 2, "refunded": 5, "voided": 5, "charged_back": 5}
+_PROBE_INDEX = {s: i for i, s in enumerate(PROBE_STATUSES)}
+_ERP_INDEX = {s: i for i, s in enumerate(ERP_STATUSES)}
+
+
+def _layout() -> list[tuple[str, float, float]]:
+    """(name, low, high) of every observation index, in order; the docstring's table is this."""
+    fields = [("time_since_handover", 0, 1), ("time_to_deadline", 0, 1), ("calls_left", 0, 1),
+              ("order_value_log", 0, 1)]
+    for system in ("processor", "ledger", "erp", "bank"):
+        fields += [(f"{system}_read", 0, 1), (f"{system}_read_age", 0, 1)]
+        if system == "processor":
+            fields += [(f"processor_original_{s}", 0, 1) for s in PROC_STATUSES]
+            fields += [(f"processor_newest_{s}", 0, 1) for s in PROC_STATUSES]
+            fields += [("processor_captures", 0, 1)]
+        elif system == "ledger":
+            fields += [("ledger_cash", -4, 4), ("ledger_clearing", -4, 4),
+                       ("ledger_imbalance", -4, 4), ("ledger_settlement_entries", 0, 1),
+                       ("ledger_failure_entries", 0, 1)]
+        elif system == "erp":
+            fields += [(f"erp_{s or 'unknown'}", 0, 1) for s in ERP_STATUSES]
+        else:
+            fields += [("bank_credits", 0, 4), ("bank_debits", 0, 4), ("bank_credit_lines", 0, 1)]
+    fields += [(f"probe_original_{s}", 0, 1) for s in PROBE_STATUSES]
+    fields += [(f"probe_newest_{s}", 0, 1) for s in PROBE_STATUSES]
+    fields += [("probe_age", 0, 1), ("retries_original", 0, 1), ("retries_fresh", 0, 1),
+               ("last_call_refused", 0, 1)]
+    return fields
+
+
+OBS_FIELDS = _layout()
+_I = {name: i for i, (name, _, _) in enumerate(OBS_FIELDS)}
+_SYS_READ = tuple(_I[f"{s}_read"] for s in ("processor", "ledger", "erp", "bank"))
+_AGE_SLOTS = tuple(_I[f"{s}_read_age"] for s in ("processor", "ledger", "erp", "bank")) + (
+    _I["probe_age"],)
+_PROBE_ORIGINAL = _I["probe_original_none"]
+_PROBE_NEWEST = _I["probe_newest_none"]
+_RETRIES_ORIGINAL = _I["retries_original"]
+_RETRIES_FRESH = _I["retries_fresh"]
+_REFUSED = _I["last_call_refused"]
+_START = np.zeros(len(OBS_FIELDS), dtype=np.float32)  # nothing read, no probe answer yet
+_START[list(_AGE_SLOTS)] = 1.0
+_START[[_PROBE_ORIGINAL, _PROBE_NEWEST]] = 1.0
+
+
+class FinalityEnv(gym.Env):
+    """
+    ## Description
+
+    An online merchant's agent is handed one order at t=120 whose card capture may or may not
+    settle. Four replica systems (processor, ledger, ERP, bank) each show a faulty, delayed copy
+    of the truth; an authoritative probe is slower; waiting costs time; a capture retry with the
+    original idempotency key is safe, with a fresh key it is a second real charge. The episode
+    ends with one irreversible disposition and is graded by its economic position against a
+    reference that knows only how the pending capture resolves (`../shared/SPEC.md`).
+    The engine is `finality_gym.Episode`, reachable as `env.unwrapped.episode`.
+
+    ## Action Space
+
+    `Discrete(12 + len(wait_ticks))`; with the default `wait_ticks=(10, 30, 60, 120)`:
+
+    | index | tool |
+    |-------|------|
+    | 0 | `read_processor` |
+    | 1 | `read_ledger` |
+    | 2 | `read_erp` |
+    | 3 | `read_bank` |
+    | 4 | `probe_processor` |
+    | 5..8 | `wait(ticks)` for ticks in `wait_ticks` (10, 30, 60, 120) |
+    | 9 | `retry_capture(key="original")` |
+    | 10 | `retry_capture(key="fresh")` |
+    | 11 | `ship` |
+    | 12 | `refund` |
+    | 13 | `write_off` |
+    | 14 | `escalate` |
+    | 15 | `close` |
+
+    With other `wait_ticks` the waits take indices 5..4+W and everything after shifts by W - 4.
+    `action_masks()` (for sb3-contrib's MaskablePPO) masks `ship` after the ship-by deadline
+    and the probe where the arm refuses it (`none`; `rate_limited` once spent).
+
+    ## Observation Space
+
+    `Box(low, high, (58,), float32)`, finite bounds. Ages and times are in ticks over the span
+    named; money is a fraction of the order value; counts are over 4 (clipped at 1). A system
+    never read has read=0, age=1 and an all-zero view; one-hot blocks have exactly one 1 once read.
+
+    | index | name | range | meaning |
+    |-------|------|-------|---------|
+    | 0 | time_since_handover | 0..1 | (t - 120) / 1680 |
+    | 1 | time_to_deadline | 0..1 | max(0, 600 - t) / 480 |
+    | 2 | calls_left | 0..1 | (40 - calls used) / 40 |
+    | 3 | order_value_log | 0..1 | ln(order value in cents) / ln(349900) |
+    | 4 | processor_read | 0/1 | the processor has been read |
+    | 5 | processor_read_age | 0..1 | min(t - last read, 1800) / 1800 |
+    | 6..11 | processor_original_* | one-hot | cap1 as the processor shows it: absent, submitted, settled, failed_soft, failed_hard, reversed |
+    | 12..17 | processor_newest_* | one-hot | the newest capture, same statuses |
+    | 18 | processor_captures | 0..1 | captures the processor knows / 4 |
+    | 19 | ledger_read | 0/1 | |
+    | 20 | ledger_read_age | 0..1 | |
+    | 21 | ledger_cash | -4..4 | cash balance / order value |
+    | 22 | ledger_clearing | -4..4 | clearing balance / order value |
+    | 23 | ledger_imbalance | -4..4 | (debits - credits) / order value |
+    | 24 | ledger_settlement_entries | 0..1 | settlement entries / 4 |
+    | 25 | ledger_failure_entries | 0..1 | failure reversals / 4 |
+    | 26 | erp_read | 0/1 | |
+    | 27 | erp_read_age | 0..1 | |
+    | 28..36 | erp_* | one-hot | unknown, placed, authorized, payment_pending, paid, payment_failed, shipped, refunded, disputed |
+    | 37 | bank_read | 0/1 | |
+    | 38 | bank_read_age | 0..1 | |
+    | 39 | bank_credits | 0..4 | credit lines' total / order value |
+    | 40 | bank_debits | 0..4 | debit lines' total (absolute) / order value |
+    | 41 | bank_credit_lines | 0..1 | credit lines / 4 |
+    | 42..47 | probe_original_* | one-hot | last probe answer for cap1: none, unknown, settled, failed_soft, failed_hard, submitted |
+    | 48..53 | probe_newest_* | one-hot | last probe answer for the newest capture, same values |
+    | 54 | probe_age | 0..1 | min(t - last answered probe, 1800) / 1800 (1 if none) |
+    | 55 | retries_original | 0..1 | `retry_capture("original")` calls / 4 |
+    | 56 | retries_fresh | 0..1 | `retry_capture("fresh")` calls / 4 |
+    | 57 | last_call_refused | 0/1 | the last call returned an error (late ship, refused probe) |
+
+    The agent never sees the archetype, the card fate or `t_det`; everything above is decoded
+    from tool results, so the two halves of a twin pair see identical observations before `t_det`.
+
+    ## Rewards
+
+    0 on every step but the last; at the end, `-gap / 100 / reward_scale`: the excess loss in
+    dollars over `reward_scale` (default 100). A lapse is graded like any other end.
+
+    ## Starting State
+
+    t=120, 40 calls left, nothing read. `reset` draws a task uniformly from the configured
+    split (and archetypes) and a fault seed, both from `self.np_random`; `options` may name
+    `task_id` and `fault_seed` to replay one exact evaluation episode.
+
+    ## Episode End
+
+    `terminated` on a disposition (`ship` before the deadline, `refund`, `write_off`,
+    `escalate`, `close`); `truncated` on a lapse (the 40-call budget spent or the horizon
+    reached). `info` carries the tool's `result` on every step and, at the end, the whole
+    `record` (`finality_gym.EpisodeRecord`).
+
+    ## Arguments
+
+    `split` ("public" | "regenerated"), `archetypes` (a subset of the nine, default all),
+    `faults` (a `FaultProfile`, an intensity, or a dict of `FaultProfile` arguments; default the
+    SPEC profile), `probe` ("full" | "none" | "delayed" | "rate_limited" | "identity"),
+    `wait_ticks` (positive ints), `reward_scale` (> 0), `cogs_fraction`, `dispute_fee`,
+    `escalation_fee` (SPEC section 7 defaults), `render_mode` (None | "ansi"). Invalid values
+    raise `ValueError` naming the argument and the valid values.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(self, split: str = "public", archetypes: Any = None, faults: Any = None,
+                 probe: str = "full", wait_ticks: Any = DEFAULT_WAITS, reward_scale: float = 100.0,
+                 cogs_fraction: float = DEFAULT_COSTS.cogs_fraction,
+                 dispute_fee: int = DEFAULT_COSTS.dispute_fee,
+                 escalation_fee: int = DEFAULT_COSTS.escalation_fee,
+                 render_mode: str | None = None):
+        if split not in SPLITS:
+            raise ValueError(f"split: unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        if archetypes is None:
+            archetypes = ARCHETYPES
+        if isinstance(archetypes, str) or not set(archetypes) <= set(ARCHETYPES) or not archetypes:
+            raise ValueError(f"archetypes: must be a non-empty subset of {', '.join(ARCHETYPES)}; "
+                             f"got {archetypes!r}")
+        if probe not in PROBE_ARMS:
+            raise ValueError(f"probe: unknown arm {probe!r}; valid: {', '.join(PROBE_ARMS)}")
+        wait_ticks = tuple(wait_ticks)
+        if not wait_ticks or any(type(w) is not int or w < 1 for w in wait_ticks):
+            raise ValueError(f"wait_ticks: must be a non-empty sequence of ints >= 1; "
+                             f"got {wait_ticks!r}")
+        if isinstance(reward_scale, bool) or not isinstance(reward_scale, (int, float)) \
+                or not reward_scale > 0 or not math.isfinite(reward_scale):
+            raise ValueError(f"reward_scale: must be a finite number > 0; got {reward_scale!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode: must be None or 'ansi'; got {render_mode!r}")
+        try:
+            self.costs = Costs(cogs_fraction, dispute_fee, escalation_fee)
+        except ValueError as exc:
+            raise ValueError(f"cost constants: {exc}") from None
+        self.faults = _fault_profile(faults)
+        self.split = split
+        self.archetypes = tuple(a for a in ARCHETYPES if a in set(archetypes))
+        self.probe = probe
+        self.wait_ticks = wait_ticks
+        self.reward_scale = float(reward_scale)
+        self.render_mode = render_mode
+        corpus = load_corpus(split)
+        self._corpus = corpus
+        self._tasks = tuple(t for t in corpus.tasks if t.archetype in self.archetypes)
+        self._actions: tuple[tuple[str, dict], ...] = (
+            tuple((tool, {}) for tool in READS) + (("probe_processor", {}),)
+            + tuple(("wait", {"ticks": w}) for w in wait_ticks)
+            + (("retry_capture", {"key": "original"}), ("retry_capture", {"key": "fresh"}))
+            + tuple((tool, {}) for tool in ("ship", "refund", "write_off", "escalate", "close")))
+        self._ship = len(self._actions) - 5
+        self._retry = self._ship - 2
+        self.action_space = spaces.Discrete(len(self._actions))
+        low = np.array([f[1] for f in OBS_FIELDS], dtype=np.float32)
+        high = np.array([f[2] for f in OBS_FIELDS], dtype=np.float32)
+        self.observation_space = spaces.Box(low, high, dtype=np.float32)
+        self._low, self._high = low, high
+        self._obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)
+        self._last_read: dict[int, int] = {}  # age slot -> time of the last read (or probe)
+        self.episode: Episode | None = None
+
+    # ----------------------------------------------------------------- Gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        unknown = set(options) - {"task_id", "fault_seed"}
+        if unknown:
+            raise ValueError(f"options: unknown keys {sorted(unknown)}; valid: task_id, fault_seed")
+        # One draw gives both the task and the fault seed (a numpy call costs 3 us).
+        draw = int(self.np_random.integers(len(self._tasks) << 31))
+        if "task_id" in options:
+            task = self._corpus.task(options["task_id"])
+        else:
+            task = self._tasks[draw >> 31]
+        if "fault_seed" in options:
+            fault_seed = options["fault_seed"]
+            if type(fault_seed) is not int or fault_seed < 0:
+                raise ValueError(f"options: fault_seed must be a non-negative int; got {fault_seed!r}")
+        else:
+            fault_seed = draw & (2**31 - 1)
+        self.episode = Episode(task, seed=fault_seed, faults=self.faults, probe=self.probe,
+                               costs=self.costs)
+        obs = self._obs
+        obs[:] = _START
+        obs[3] = math.log(task.order_value) / _MAX_OV_LOG
+        self._last_read = {}
+        self._encode_clock()
+        return obs.copy(), {}
+
+    def step(self, action):
+        episode = self.episode
+        if episode is None:
+            raise InvalidCall("step() before reset(): call reset() first")
+        if type(action) is not int:
+            if not isinstance(action, np.integer):
+                raise ValueError(f"invalid action {action!r}; valid: integers "
+                                 f"0..{len(self._actions) - 1}")
+            action = int(action)
+        if not 0 <= action < len(self._actions):
+            raise ValueError(f"invalid action {action}; valid: integers 0..{len(self._actions) - 1}")
+        tool, args = self._actions[action]
+        result = episode.call(tool, **args)
+        self._encode(action, result)
+        info = {"result": result}
+        if episode.done:
+            record = episode.record()
+            info["record"] = record
+            reward = -record.gap / 100.0 / self.reward_scale
+            return self._obs.copy(), reward, not episode.lapsed, episode.lapsed, info
+        return self._obs.copy(), 0.0, False, False, info
+
+    def action_masks(self) -> np.ndarray:
+        mask = np.ones(len(self._actions), dtype=bool)
+        episode = self.episode
+        if episode is not None and episode.now > SHIP_BY:
+            mask[self._ship] = False
+        if self.probe == "none" or (self.probe == "rate_limited" and episode is not None
+                                    and episode.probes_answered >= 2):
+            mask[4] = False
+        return mask
+
+    def render(self):
+        if self.render_mode != "ansi":
+            return None
+        episode = self.episode
+        if episode is None:
+            return "(not reset)\n"
+        lines = [f"case {episode.task.task_id}: order {episode.task.order_value / 100:.2f} "
+                 f"USD, handed over at t={HANDOVER_AT}, ship by t={SHIP_BY}"]
+        for t, tool, args, result in episode.history:
+            shown = {k: v for k, v in result.items() if k not in ("tool", "t")}
+            call = f"{tool}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
+            lines.append(f"t={t:>4}  {call:<30} -> {shown}")
+        if episode.done:
+            rec = episode.record()
+            lines.append(f"ended: {rec.disposition}{' (lapsed)' if rec.lapsed else ''} at "
+                         f"t={rec.end_t}; position {rec.position / 100:.2f}, reference "
+                         f"{rec.reference / 100:.2f}, gap {rec.gap / 100:.2f} USD")
+        return "\n".join(lines) + "\n"
+
+    # ----------------------------------------------------------------- the encoder
+    def _encode_clock(self) -> None:
+        obs = self._obs
+        episode = self.episode
+        now = episode.now
+        obs[0] = (now - HANDOVER_AT) / (HORIZON - HANDOVER_AT)
+        obs[1] = max(0, SHIP_BY - now) / (SHIP_BY - HANDOVER_AT)
+        obs[2] = (CALL_BUDGET - episode.calls_used) / CALL_BUDGET
+        for slot, last in self._last_read.items():
+            obs[slot] = min(now - last, HORIZON) / HORIZON
+
+    def _encode(self, action: int, result: dict) -> None:
+        obs = self._obs
+        ov = self.episode.task.order_value
+        obs[_REFUSED] = 1.0 if "error" in result else 0.0
+        if action < 4:
+            self._last_read[_AGE_SLOTS[action]] = result["t"]
+            obs[_SYS_READ[action]] = 1.0
+            _DECODERS[action](obs, result, ov)
+        elif action == 4:
+            if "captures" in result:
+                self._last_read[_AGE_SLOTS[4]] = result["t"]
+                captures = result["captures"]
+                obs[_PROBE_ORIGINAL:_PROBE_NEWEST + len(PROBE_STATUSES)] = 0.0
+                obs[_PROBE_ORIGINAL + _PROBE_INDEX[captures.get("cap1", "none")]] = 1.0
+                newest = captures[max(captures, key=lambda op: int(op[3:]))] if captures else "none"
+                obs[_PROBE_NEWEST + _PROBE_INDEX[newest]] = 1.0
+        elif action == self._retry:
+            obs[_RETRIES_ORIGINAL] = min(obs[_RETRIES_ORIGINAL] + 0.25, 1.0)
+        elif action == self._retry + 1:
+            obs[_RETRIES_FRESH] = min(obs[_RETRIES_FRESH] + 0.25, 1.0)
+        self._encode_clock()
+
+
+def _proc_index(op: dict) -> int:
+    if op["status"] == "failed":
+        return 3 if op["decline"] == "soft" else 4
+    return _PROC_INDEX[op["status"]]
+
+
+def _decode_processor(obs: np.ndarray, result: dict, ov: int) -> None:
+    ops = result["operations"]
+    obs[6:18] = 0.0
+    original = next((op for op in ops if op["op"] == "cap1"), None)
+    obs[6 + (0 if original is None else _proc_index(original))] = 1.0
+    obs[12 + (_proc_index(ops[-1]) if ops else 0)] = 1.0
+    obs[18] = min(len(ops) / 4, 1.0)
+
+
+def _decode_ledger(obs: np.ndarray, result: dict, ov: int) -> None:
+    balances = result["balances"]
+    obs[21] = min(max(balances["cash"] / ov, -4.0), 4.0)
+    obs[22] = min(max(balances["clearing"] / ov, -4.0), 4.0)
+    obs[23] = min(max(result["imbalance"] / ov, -4.0), 4.0)
+    settled = failed = 0
+    for entry in result["entries"]:
+        memo = entry["memo"]
+        if memo == "capture_settled":
+            settled += 1
+        elif memo == "capture_failed":
+            failed += 1
+    obs[24] = min(settled / 4, 1.0)
+    obs[25] = min(failed / 4, 1.0)
+
+
+def _decode_erp(obs: np.ndarray, result: dict, ov: int) -> None:
+    obs[28:37] = 0.0
+    obs[28 + _ERP_INDEX[result["status"]]] = 1.0
+
+
+def _decode_bank(obs: np.ndarray, result: dict, ov: int) -> None:
+    credits = debits = lines = 0
+    for line in result["lines"]:
+        amount = line["amount"]
+        if amount > 0:
+            credits += amount
+            lines += 1
+        else:
+            debits -= amount
+    obs[39] = min(credits / ov, 4.0)
+    obs[40] = min(debits / ov, 4.0)
+    obs[41] = min(lines / 4, 1.0)
+
+
+_DECODERS = (_decode_processor, _decode_ledger, _decode_erp, _decode_bank)
+
+
+def _fault_profile(faults: Any) -> FaultProfile:
+    if faults is None:
+        return FaultProfile()
+    if isinstance(faults, FaultProfile):
+        return faults
+    try:
+        if isinstance(faults, dict):
+            return FaultProfile(**faults)
+        return FaultProfile(faults)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"faults: must be a FaultProfile, an intensity in [0, 1], or a dict with "
+                         f"'intensity' and 'families' (from {', '.join(FAMILIES)}); {exc}") from None

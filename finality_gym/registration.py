@@ -1,0 +1,26 @@
+"""Every environment id, registered in one place on `import finality_gym`.
+
+The probe arms are the same class with a different `probe`; `max_episode_steps` is only a safety
+net (the 40-call budget ends every episode first).
+"""
+
+from __future__ import annotations
+
+from gymnasium.envs.registration import register, registry
+
+from .tasks import CALL_BUDGET
+
+ENV_IDS = {
+    "Finality-v0": "full",
+    "FinalityNoProbe-v0": "none",
+    "FinalityDelayedProbe-v0": "delayed",
+    "FinalityRateLimitedProbe-v0": "rate_limited",
+    "FinalityIdentityProbe-v0": "identity",
+}
+
+
+def register_envs() -> None:
+    for env_id, probe in ENV_IDS.items():
+        if env_id not in registry:
+            register(id=env_id, entry_point="finality_gym.env:FinalityEnv",
+                     max_episode_steps=CALL_BUDGET + 10, kwargs={"probe": probe})
