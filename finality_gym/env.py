@@ -11,60 +11,10 @@ from gymnasium import spaces
 
 from .corpus import SPLITS, load_corpus
 from .economics import DEFAULT_COSTS, Costs
-from .episode import PROBE_ARMS, READS, Episode, InvalidCall
+from .encoder import DEFAULT_WAITS, OBS_FIELDS, ObservationEncoder
+from .episode import PROBE_ARMS, Episode, InvalidCall
 from .faults import FAMILIES, FaultProfile
-from .tasks import ARCHETYPES, CALL_BUDGET, HANDOVER_AT, HORIZON, ORDER_VALUES, SHIP_BY
-
-DEFAULT_WAITS = (10, 30, 60, 120)
-_MAX_OV_LOG = math.log(max(ORDER_VALUES))
-PROC_STATUSES = ("absent", "submitted", "settled", "failed_soft", "failed_hard", "reversed")
-PROBE_STATUSES = ("none", "unknown", "settled", "failed_soft", "failed_hard", "submitted")
-ERP_STATUSES = (None, "placed", "authorized", "payment_pending", "paid", "payment_failed",
-                "shipped", "refunded", "disputed")
-_PROC_INDEX = {"submitted": 1, "settled": 2, "refunded": 5, "voided": 5, "charged_back": 5}
-_PROBE_INDEX = {s: i for i, s in enumerate(PROBE_STATUSES)}
-_ERP_INDEX = {s: i for i, s in enumerate(ERP_STATUSES)}
-
-
-def _layout() -> list[tuple[str, float, float]]:
-    """(name, low, high) of every observation index, in order; the docstring's table is this."""
-    fields = [("time_since_handover", 0, 1), ("time_to_deadline", 0, 1), ("calls_left", 0, 1),
-              ("order_value_log", 0, 1)]
-    for system in ("processor", "ledger", "erp", "bank"):
-        fields += [(f"{system}_read", 0, 1), (f"{system}_read_age", 0, 1)]
-        if system == "processor":
-            fields += [(f"processor_original_{s}", 0, 1) for s in PROC_STATUSES]
-            fields += [(f"processor_newest_{s}", 0, 1) for s in PROC_STATUSES]
-            fields += [("processor_captures", 0, 1)]
-        elif system == "ledger":
-            fields += [("ledger_cash", -4, 4), ("ledger_clearing", -4, 4),
-                       ("ledger_imbalance", -4, 4), ("ledger_settlement_entries", 0, 1),
-                       ("ledger_failure_entries", 0, 1)]
-        elif system == "erp":
-            fields += [(f"erp_{s or 'unknown'}", 0, 1) for s in ERP_STATUSES]
-        else:
-            fields += [("bank_credits", 0, 4), ("bank_debits", 0, 4), ("bank_credit_lines", 0, 1)]
-    fields += [(f"probe_original_{s}", 0, 1) for s in PROBE_STATUSES]
-    fields += [(f"probe_newest_{s}", 0, 1) for s in PROBE_STATUSES]
-    fields += [("probe_age", 0, 1), ("retries_original", 0, 1), ("retries_fresh", 0, 1),
-               ("last_call_refused", 0, 1)]
-    return fields
-
-
-OBS_FIELDS = _layout()
-_I = {name: i for i, (name, _, _) in enumerate(OBS_FIELDS)}
-_SYS_READ = tuple(_I[f"{s}_read"] for s in ("processor", "ledger", "erp", "bank"))
-_AGE_SLOTS = tuple(_I[f"{s}_read_age"] for s in ("processor", "ledger", "erp", "bank")) + (
-    _I["probe_age"],)
-_PROBE_ORIGINAL = _I["probe_original_none"]
-_PROBE_NEWEST = _I["probe_newest_none"]
-_RETRIES_ORIGINAL = _I["retries_original"]
-_RETRIES_FRESH = _I["retries_fresh"]
-_REFUSED = _I["last_call_refused"]
-_START = np.zeros(len(OBS_FIELDS), dtype=np.float32)  # nothing read, no probe answer yet
-_START[list(_AGE_SLOTS)] = 1.0
-_START[[_PROBE_ORIGINAL, _PROBE_NEWEST]] = 1.0
-
+from .tasks import ARCHETYPES, HANDOVER_AT, SHIP_BY
 
 class FinalityEnv(gym.Env):
     """
@@ -212,20 +162,12 @@ class FinalityEnv(gym.Env):
         corpus = load_corpus(split)
         self._corpus = corpus
         self._tasks = tuple(t for t in corpus.tasks if t.archetype in self.archetypes)
-        self._actions: tuple[tuple[str, dict], ...] = (
-            tuple((tool, {}) for tool in READS) + (("probe_processor", {}),)
-            + tuple(("wait", {"ticks": w}) for w in wait_ticks)
-            + (("retry_capture", {"key": "original"}), ("retry_capture", {"key": "fresh"}))
-            + tuple((tool, {}) for tool in ("ship", "refund", "write_off", "escalate", "close")))
-        self._ship = len(self._actions) - 5
-        self._retry = self._ship - 2
+        self._encoder = ObservationEncoder(wait_ticks)
+        self._actions = self._encoder.actions
         self.action_space = spaces.Discrete(len(self._actions))
         low = np.array([f[1] for f in OBS_FIELDS], dtype=np.float32)
         high = np.array([f[2] for f in OBS_FIELDS], dtype=np.float32)
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
-        self._low, self._high = low, high
-        self._obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)
-        self._last_read: dict[int, int] = {}  # age slot -> time of the last read (or probe)
         self.episode: Episode | None = None
 
     # ----------------------------------------------------------------- Gymnasium API
@@ -249,12 +191,7 @@ class FinalityEnv(gym.Env):
             fault_seed = draw & (2**31 - 1)
         self.episode = Episode(task, seed=fault_seed, faults=self.faults, probe=self.probe,
                                costs=self.costs)
-        obs = self._obs
-        obs[:] = _START
-        obs[3] = math.log(task.order_value) / _MAX_OV_LOG
-        self._last_read = {}
-        self._encode_clock()
-        return obs.copy(), {}
+        return self._encoder.reset(task.order_value).copy(), {}
 
     def step(self, action):
         episode = self.episode
@@ -269,24 +206,20 @@ class FinalityEnv(gym.Env):
             raise ValueError(f"invalid action {action}; valid: integers 0..{len(self._actions) - 1}")
         tool, args = self._actions[action]
         result = episode.call(tool, **args)
-        self._encode(action, result)
+        obs = self._encoder.update(action, result, episode.now, episode.calls_used).copy()
         info = {"result": result}
         if episode.done:
             record = episode.record()
             info["record"] = record
             reward = -record.gap / 100.0 / self.reward_scale
-            return self._obs.copy(), reward, not episode.lapsed, episode.lapsed, info
-        return self._obs.copy(), 0.0, False, False, info
+            return obs, reward, not episode.lapsed, episode.lapsed, info
+        return obs, 0.0, False, False, info
 
     def action_masks(self) -> np.ndarray:
-        mask = np.ones(len(self._actions), dtype=bool)
         episode = self.episode
-        if episode is not None and episode.now > SHIP_BY:
-            mask[self._ship] = False
-        if self.probe == "none" or (self.probe == "rate_limited" and episode is not None
-                                    and episode.probes_answered >= 2):
-            mask[4] = False
-        return mask
+        if episode is None:
+            return self._encoder.masks(HANDOVER_AT, self.probe, 0)
+        return self._encoder.masks(episode.now, self.probe, episode.probes_answered)
 
     def render(self):
         if self.render_mode != "ansi":
@@ -306,92 +239,6 @@ class FinalityEnv(gym.Env):
                          f"t={rec.end_t}; position {rec.position / 100:.2f}, reference "
                          f"{rec.reference / 100:.2f}, gap {rec.gap / 100:.2f} USD")
         return "\n".join(lines) + "\n"
-
-    # ----------------------------------------------------------------- the encoder
-    def _encode_clock(self) -> None:
-        obs = self._obs
-        episode = self.episode
-        now = episode.now
-        obs[0] = (now - HANDOVER_AT) / (HORIZON - HANDOVER_AT)
-        obs[1] = max(0, SHIP_BY - now) / (SHIP_BY - HANDOVER_AT)
-        obs[2] = (CALL_BUDGET - episode.calls_used) / CALL_BUDGET
-        for slot, last in self._last_read.items():
-            obs[slot] = min(now - last, HORIZON) / HORIZON
-
-    def _encode(self, action: int, result: dict) -> None:
-        obs = self._obs
-        ov = self.episode.task.order_value
-        obs[_REFUSED] = 1.0 if "error" in result else 0.0
-        if action < 4:
-            self._last_read[_AGE_SLOTS[action]] = result["t"]
-            obs[_SYS_READ[action]] = 1.0
-            _DECODERS[action](obs, result, ov)
-        elif action == 4:
-            if "captures" in result:
-                self._last_read[_AGE_SLOTS[4]] = result["t"]
-                captures = result["captures"]
-                obs[_PROBE_ORIGINAL:_PROBE_NEWEST + len(PROBE_STATUSES)] = 0.0
-                obs[_PROBE_ORIGINAL + _PROBE_INDEX[captures.get("cap1", "none")]] = 1.0
-                newest = captures[max(captures, key=lambda op: int(op[3:]))] if captures else "none"
-                obs[_PROBE_NEWEST + _PROBE_INDEX[newest]] = 1.0
-        elif action == self._retry:
-            obs[_RETRIES_ORIGINAL] = min(obs[_RETRIES_ORIGINAL] + 0.25, 1.0)
-        elif action == self._retry + 1:
-            obs[_RETRIES_FRESH] = min(obs[_RETRIES_FRESH] + 0.25, 1.0)
-        self._encode_clock()
-
-
-def _proc_index(op: dict) -> int:
-    if op["status"] == "failed":
-        return 3 if op["decline"] == "soft" else 4
-    return _PROC_INDEX[op["status"]]
-
-
-def _decode_processor(obs: np.ndarray, result: dict, ov: int) -> None:
-    ops = result["operations"]
-    obs[6:18] = 0.0
-    original = next((op for op in ops if op["op"] == "cap1"), None)
-    obs[6 + (0 if original is None else _proc_index(original))] = 1.0
-    obs[12 + (_proc_index(ops[-1]) if ops else 0)] = 1.0
-    obs[18] = min(len(ops) / 4, 1.0)
-
-
-def _decode_ledger(obs: np.ndarray, result: dict, ov: int) -> None:
-    balances = result["balances"]
-    obs[21] = min(max(balances["cash"] / ov, -4.0), 4.0)
-    obs[22] = min(max(balances["clearing"] / ov, -4.0), 4.0)
-    obs[23] = min(max(result["imbalance"] / ov, -4.0), 4.0)
-    settled = failed = 0
-    for entry in result["entries"]:
-        memo = entry["memo"]
-        if memo == "capture_settled":
-            settled += 1
-        elif memo == "capture_failed":
-            failed += 1
-    obs[24] = min(settled / 4, 1.0)
-    obs[25] = min(failed / 4, 1.0)
-
-
-def _decode_erp(obs: np.ndarray, result: dict, ov: int) -> None:
-    obs[28:37] = 0.0
-    obs[28 + _ERP_INDEX[result["status"]]] = 1.0
-
-
-def _decode_bank(obs: np.ndarray, result: dict, ov: int) -> None:
-    credits = debits = lines = 0
-    for line in result["lines"]:
-        amount = line["amount"]
-        if amount > 0:
-            credits += amount
-            lines += 1
-        else:
-            debits -= amount
-    obs[39] = min(credits / ov, 4.0)
-    obs[40] = min(debits / ov, 4.0)
-    obs[41] = min(lines / 4, 1.0)
-
-
-_DECODERS = (_decode_processor, _decode_ledger, _decode_erp, _decode_bank)
 
 
 def _fault_profile(faults: Any) -> FaultProfile:

@@ -234,12 +234,12 @@ def test_invalid_actions_and_options_raise_and_change_nothing():
     with pytest.raises(finality_gym.InvalidCall, match="reset"):
         env.step(0)
     env.reset(seed=0)
-    before = (env.episode.now, env.episode.calls_used, env._obs.copy())
+    before = (env.episode.now, env.episode.calls_used, env._encoder.obs.copy())
     for action in (-1, 16, 2.0, "ship", True, np.array([1, 2])):
         with pytest.raises(ValueError, match="invalid action"):
             env.step(action)
     assert (env.episode.now, env.episode.calls_used) == before[:2]
-    assert np.array_equal(env._obs, before[2])
+    assert np.array_equal(env._encoder.obs, before[2])
     env.step(np.int64(15))
     with pytest.raises(finality_gym.InvalidCall, match="episode has ended"):
         env.step(0)
