@@ -1,0 +1,10 @@
+"""Policies behind one interface: the nine of SPEC section 9, the floors, and an adapter that
+runs any Gymnasium-observation policy (for example a saved stable-baselines3 model) through the
+same runner as every scripted policy."""
+
+from .base import Brief, Policy, Privilege
+from .registry import FLOORS, HEADLINE, make_policy, policy_names
+from .runner import brief_for, run_episode
+
+__all__ = ["FLOORS", "HEADLINE", "Brief", "Policy", "Privilege", "brief_for", "make_policy",
+           "policy_names", "run_episode"]

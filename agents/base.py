@@ -1,0 +1,78 @@
+"""The policy interface: a case brief at the start, then one tool call per step from the last
+result. Only a policy whose class says `privileged = True` is ever handed a `Privilege`, and only
+by the runner; nothing else a policy receives carries the truth."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generator
+
+Call = tuple[str, dict]
+
+
+@dataclass(frozen=True)
+class Brief:
+    """What the agent is told when the case is handed over. `seed` seeds a randomized policy;
+    it derives from the task's fault key and the episode seed, so both halves of a twin pair
+    get the same one and it says nothing about the card's fate."""
+
+    order_value: int
+    handover_at: int
+    ship_by: int
+    horizon: int
+    budget: int
+    probe: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class Privilege:
+    """The reference's one piece of truth (SPEC section 8): the fate of `cap1` and `t_det`."""
+
+    fate: str
+    t_det: int
+
+
+class Policy:
+    """Subclasses write `plan()` as a generator: it yields calls and receives their results.
+
+    The base class keeps the clock and the budget from the results (every result carries the
+    time `t` its call started at; a call's cost is its ticks), so `self.now` and
+    `self.calls_left` are what they are before the next call.
+    """
+
+    name = "policy"
+    privileged = False
+    _PROBE_TICKS = 5
+
+    def reset(self, brief: Brief) -> None:
+        self.brief = brief
+        self.now = brief.handover_at
+        self.calls_left = brief.budget
+        self._plan = self.plan()
+        self._started = False
+
+    def grant(self, privilege: Privilege) -> None:
+        raise PermissionError(f"{self.name} is not a privileged policy")
+
+    def act(self, result: dict | None) -> Call:
+        if not self._started:
+            self._started = True
+            return next(self._plan)
+        self._observe(result)
+        return self._plan.send(result)
+
+    def plan(self) -> Generator[Call, dict, None]:
+        raise NotImplementedError
+
+    def _observe(self, result: dict) -> None:
+        tool = result["tool"]
+        ticks = result["ticks"] if tool == "wait" else (
+            self._PROBE_TICKS if tool == "probe_processor" else 1)
+        self.now = result["t"] + ticks
+        self.calls_left -= 1
+
+    def fits(self, calls: int, ticks: int) -> bool:
+        """Whether a round of `calls` calls (its final disposition included) whose disposition
+        starts `ticks` from now still fits in the budget and before the ship-by deadline."""
+        return calls <= self.calls_left and self.now + ticks <= self.brief.ship_by

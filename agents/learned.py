@@ -1,0 +1,80 @@
+"""Run any policy over `Finality-v0` observations through the shared runner.
+
+`GymPolicy` decodes each tool result with the env's own `ObservationEncoder`, so a policy trained
+on the env sees, under the grader, exactly the observations it was trained on.
+`load_sb3(path)` loads a saved stable-baselines3 model (PPO, or sb3-contrib's MaskablePPO).
+Loading a model unpickles code inside SB3's zip: load only files you trust.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from finality_gym.encoder import DEFAULT_WAITS, ObservationEncoder
+
+from .base import Brief, Policy
+
+Predict = Callable[[np.ndarray, np.ndarray], int]
+
+
+class GymPolicy(Policy):
+    """`predict(observation, action_mask) -> action index` behind the policy interface."""
+
+    def __init__(self, name: str, predict: Predict, wait_ticks: tuple[int, ...] = DEFAULT_WAITS):
+        self.name = name
+        self.predict = predict
+        self.encoder = ObservationEncoder(tuple(wait_ticks))
+
+    def reset(self, brief: Brief) -> None:
+        super().reset(brief)
+        self.encoder.reset(brief.order_value)
+        self._action = None
+        self._probes_answered = 0
+
+    def act(self, result: dict | None) -> tuple[str, dict]:
+        if result is not None:
+            self._observe(result)
+            if result["tool"] == "probe_processor" and "captures" in result:
+                self._probes_answered += 1
+            self.encoder.update(self._action, result, self.now, self.brief.budget - self.calls_left)
+        mask = self.encoder.masks(self.now, self.brief.probe, self._probes_answered)
+        self._action = int(self.predict(self.encoder.obs, mask))
+        return self.encoder.actions[self._action]
+
+
+def load_sb3(path: str | Path) -> GymPolicy:
+    """A saved SB3 model as a deterministic policy. Only load files you trust: SB3's zip holds
+    pickled code."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no model file at {path}")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a stable-baselines3 model (not a zip archive)")
+    try:
+        from sb3_contrib import MaskablePPO
+        from stable_baselines3 import PPO
+    except ImportError as exc:  # pragma: no cover - the train extra is missing
+        raise ImportError("loading a model needs the 'train' extra: pip install -e .[train]") from exc
+    errors = []
+    for cls in (MaskablePPO, PPO):
+        try:
+            model = cls.load(path, device="cpu")
+            break
+        except Exception as exc:  # SB3 raises many kinds for a file of the other class
+            errors.append(f"{cls.__name__}: {exc}")
+    else:
+        raise ValueError(f"{path} could not be loaded as PPO or MaskablePPO: {'; '.join(errors)}")
+    masked = isinstance(model, MaskablePPO)
+
+    def predict(obs: np.ndarray, mask: np.ndarray) -> int:
+        if masked:
+            action, _ = model.predict(obs, deterministic=True, action_masks=mask)
+        else:
+            action, _ = model.predict(obs, deterministic=True)
+        return int(action)
+
+    return GymPolicy(f"ppo:{path}", predict)

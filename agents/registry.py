@@ -1,0 +1,44 @@
+"""Every policy by name. A spec is a name (`sop`), a name with knobs
+(`sop:poll_interval=30,max_polls=6`), or `ppo:PATH` for a saved stable-baselines3 model (it
+unpickles code: load only files you trust)."""
+
+from __future__ import annotations
+
+from . import scripted
+from .base import Policy
+
+_CLASSES = {cls.name: cls for cls in (
+    scripted.RandomPolicy, scripted.Optimistic, scripted.Eager, scripted.MajorityVote,
+    scripted.SOP, scripted.ReAct, scripted.Reflection, scripted.FinalityGate,
+    scripted.FinalityOracle, scripted.AlwaysShip, scripted.AlwaysRefund, scripted.AlwaysEscalate,
+    scripted.DoNothing)}
+HEADLINE = ("random", "optimistic", "eager", "majority_vote", "sop", "react", "reflection",
+            "finality_gate", "finality_oracle")
+FLOORS = ("always_ship", "always_refund", "always_escalate", "do_nothing")
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(_CLASSES)
+
+
+def make_policy(spec: str) -> Policy:
+    name, _, rest = spec.partition(":")
+    if name == "ppo":
+        if not rest:
+            raise ValueError("ppo:PATH needs the path of a saved model")
+        from .learned import load_sb3
+        return load_sb3(rest)
+    if name not in _CLASSES:
+        raise ValueError(f"unknown policy {spec!r}; valid: {', '.join(_CLASSES)}, or ppo:PATH")
+    if not rest:
+        return _CLASSES[name]()
+    if name != "sop":
+        raise ValueError(f"policy {name!r} takes no knobs, got {rest!r}")
+    knobs = {}
+    for item in rest.split(","):
+        key, eq, value = item.partition("=")
+        if not eq or key not in ("poll_interval", "max_polls") or not value.isdigit():
+            raise ValueError(f"bad knob {item!r} in {spec!r}; sop takes poll_interval=INT, "
+                             "max_polls=INT")
+        knobs[key] = int(value)
+    return scripted.SOP(**knobs)

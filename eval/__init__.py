@@ -1,0 +1,1 @@
+"""The shared grader, its statistics, the experiments and their reports (`python -m eval ...`)."""

@@ -1,0 +1,90 @@
+"""Honest statistics for graded episodes (SPEC section 10).
+
+Intervals are 95 % percentile bootstraps over independent units (a twin pair is one unit, a
+singleton another): each replicate resamples the units with replacement from one explicit seeded
+generator, and every statistic is a ratio of per-unit sums, so a unit carries all its episodes
+(every seed, both halves). Every policy is evaluated on the same resampled units, which is what
+makes a difference between two policies a paired comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+
+import numpy as np
+
+REPLICATES = 2000
+CONFIDENCE = 0.95
+
+
+def bootstrap_indices(n_units: int, replicates: int = REPLICATES, seed: int = 0) -> np.ndarray:
+    """The (replicates x n_units) matrix of resampled unit indices, shared by every statistic."""
+    return np.random.default_rng(seed).integers(0, n_units, size=(replicates, n_units))
+
+
+def percentile_interval(values: np.ndarray) -> tuple[float, float]:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return (float("nan"), float("nan"))
+    alpha = (1 - CONFIDENCE) / 2
+    lo, hi = np.quantile(values, [alpha, 1 - alpha])
+    return (float(lo), float(hi))
+
+
+@dataclass(frozen=True)
+class UnitSums:
+    """A statistic as per-unit numerator and denominator sums: value = sum(num) / sum(den)."""
+
+    num: np.ndarray
+    den: np.ndarray
+
+    @classmethod
+    def of(cls, units: np.ndarray, values: np.ndarray, n_units: int,
+           mask: np.ndarray | None = None) -> UnitSums:
+        weights = np.ones(len(values)) if mask is None else mask.astype(float)
+        return cls(np.bincount(units, weights=values * weights, minlength=n_units),
+                   np.bincount(units, weights=weights, minlength=n_units))
+
+    @property
+    def value(self) -> float:
+        den = self.den.sum()
+        return float(self.num.sum() / den) if den else float("nan")
+
+    def replicates(self, idx: np.ndarray) -> np.ndarray:
+        den = self.den[idx].sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.num[idx].sum(axis=1) / den
+
+    def interval(self, idx: np.ndarray) -> tuple[float, float]:
+        return percentile_interval(self.replicates(idx))
+
+
+def difference_interval(a: UnitSums, b: UnitSums, idx: np.ndarray) -> tuple[float, float]:
+    """Interval of value(a) - value(b), both computed on the same resampled units."""
+    return percentile_interval(a.replicates(idx) - b.replicates(idx))
+
+
+def pass_hat_k(successes: np.ndarray, trials: int) -> list[float]:
+    """tau-bench's unbiased pass^k for k = 1..trials: the mean over tasks of C(c, k) / C(n, k),
+    c being a task's successes in n trials; pass^n is the share of tasks exact in every trial."""
+    successes = np.asarray(successes, dtype=int)
+    if successes.size == 0:
+        return [float("nan")] * trials
+    if successes.min() < 0 or successes.max() > trials:
+        raise ValueError(f"successes must lie in 0..{trials}")
+    return [float(np.mean([comb(int(c), k) / comb(trials, k) for c in successes]))
+            for k in range(1, trials + 1)]
+
+
+def rank_disagreements(first: list[str], second: list[str]) -> int:
+    """How many places two rankings of the same items put different items."""
+    if sorted(first) != sorted(second):
+        raise ValueError("the two rankings must rank the same items")
+    return sum(a != b for a, b in zip(first, second))
+
+
+def ranking(values: dict[str, float], descending: bool) -> list[str]:
+    """Items ordered by value (ties by name, so the order is deterministic)."""
+    sign = -1 if descending else 1
+    return sorted(values, key=lambda name: (sign * values[name], name))

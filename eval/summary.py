@@ -1,0 +1,116 @@
+"""From graded rows to the per-policy summary of SPEC section 10 (`summary.json`).
+
+Money in the summary is in dollars (the records keep integer cents). `paired` is the mean gap on
+the settling halves of the twin pairs, on the failing halves, and their average; only twin-pair
+episodes enter it. Differences are taken against `finality_gate` (the best an unprivileged policy
+is expected to do) when it is among the policies, else against the first policy.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from finality_gym import ARCHETYPES, load_corpus
+
+from .labels import LABELS
+from .stats import (REPLICATES, UnitSums, bootstrap_indices, difference_interval, pass_hat_k,
+                    percentile_interval, rank_disagreements, ranking)
+
+BASELINE = "finality_gate"
+BOOTSTRAP_SEED = 20261130
+
+
+def _r(x: float) -> float:
+    return round(float(x), 6)
+
+
+def _ci(interval: tuple[float, float]) -> list[float]:
+    return [_r(interval[0]), _r(interval[1])]
+
+
+class PolicyRows:
+    """One policy's rows as arrays, with the statistics' per-unit sums."""
+
+    def __init__(self, rows: list[dict], unit_of: dict[str, int], n_units: int):
+        self.rows = rows
+        self.n_units = n_units
+        self.units = np.array([unit_of[r["task_id"]] for r in rows], dtype=int)
+        self.gap = np.array([r["gap"] for r in rows], dtype=float) / 100.0
+        self.exact = np.array([r["gap"] == 0 for r in rows], dtype=float)
+        self.premature = np.array([r["premature"] for r in rows], dtype=float)
+        half = np.array([r["twin_half"] or "" for r in rows])
+        self.settle, self.fail = half == "settle", half == "fail"
+
+    def sums(self, values: np.ndarray, mask: np.ndarray | None = None) -> UnitSums:
+        return UnitSums.of(self.units, values, self.n_units, mask)
+
+
+def summarize(rows: list[dict], split: str, policies: list[str], seeds: list[int],
+              replicates: int = REPLICATES, bootstrap_seed: int = BOOTSTRAP_SEED) -> dict:
+    corpus = load_corpus(split)
+    present = {r["task_id"] for r in rows}
+    units = [u for u in corpus.units if any(t.task_id in present for t in u)]
+    unit_of = {t.task_id: i for i, u in enumerate(units) for t in u}
+    idx = bootstrap_indices(len(units), replicates, bootstrap_seed)
+    by_policy: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_policy[row["policy"]].append(row)
+    tables = {p: PolicyRows(by_policy[p], unit_of, len(units)) for p in policies}
+    out: dict = {}
+    for name, t in tables.items():
+        out[name] = _policy_summary(t, idx, len(seeds))
+    baseline = BASELINE if BASELINE in tables else policies[0]
+    base = tables[baseline]
+    for name, t in tables.items():
+        out[name]["vs_baseline"] = {
+            "baseline": baseline,
+            "mean_gap_diff": _r(t.sums(t.gap).value - base.sums(base.gap).value),
+            "mean_gap_diff_ci": _ci(difference_interval(t.sums(t.gap), base.sums(base.gap), idx)),
+            "exact_diff": _r(t.sums(t.exact).value - base.sums(base.exact).value),
+            "exact_diff_ci": _ci(difference_interval(t.sums(t.exact), base.sums(base.exact), idx)),
+        }
+    by_exact = ranking({p: out[p]["exact"] for p in policies}, descending=True)
+    by_paired = ranking({p: out[p]["paired"]["average"] for p in policies}, descending=False)
+    return {
+        "split": split, "fingerprint": corpus.fingerprint, "seeds": list(seeds),
+        "episodes": len(rows),
+        "bootstrap": {"replicates": replicates, "seed": bootstrap_seed, "units": len(units),
+                      "confidence": 0.95, "method": "percentile, units resampled (twin pairs "
+                      "together), shared resamples across policies"},
+        "policies": out,
+        "rankings": {"by_exact": by_exact, "by_paired_loss": by_paired,
+                     "disagreements": rank_disagreements(by_exact, by_paired)},
+    }
+
+
+def _policy_summary(t: PolicyRows, idx: np.ndarray, trials: int) -> dict:
+    exact, gap = t.sums(t.exact), t.sums(t.gap)
+    settle, fail = t.sums(t.gap, t.settle), t.sums(t.gap, t.fail)
+    average_reps = (settle.replicates(idx) + fail.replicates(idx)) / 2
+    successes: dict[str, int] = Counter()
+    for row in t.rows:
+        successes[row["task_id"]] += row["gap"] == 0
+    per_archetype = {}
+    for archetype in ARCHETYPES:
+        mask = np.array([r["archetype"] == archetype for r in t.rows])
+        if mask.any():
+            per_archetype[archetype] = {"episodes": int(mask.sum()),
+                                        "exact": _r(t.exact[mask].mean()),
+                                        "mean_gap": _r(t.gap[mask].mean())}
+    labels = Counter(r["label"] for r in t.rows)
+    return {
+        "episodes": len(t.rows),
+        "exact": _r(exact.value), "exact_ci": _ci(exact.interval(idx)),
+        "mean_gap": _r(gap.value), "mean_gap_ci": _ci(gap.interval(idx)),
+        "pass_k": [_r(x) for x in pass_hat_k(np.array(list(successes.values())), trials)],
+        "paired": {"settle": _r(settle.value), "fail": _r(fail.value),
+                   "average": _r((settle.value + fail.value) / 2),
+                   "average_ci": _ci(percentile_interval(average_reps))},
+        "premature": _r(t.premature.mean()),
+        "per_archetype": per_archetype,
+        "loss_breakdown": {k: _r(np.mean([r[k] for r in t.rows]) / 100)
+                           for k in ("cogs", "liability", "dispute", "escalation")},
+        "failure_labels": {label: labels.get(label, 0) for label in LABELS},
+    }
