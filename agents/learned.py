@@ -16,7 +16,7 @@ import numpy as np
 
 from finality_gym.encoder import DEFAULT_WAITS, ObservationEncoder
 
-from .base import Brief, Policy
+from .base import Policy
 
 Predict = Callable[[np.ndarray, np.ndarray], int]
 
@@ -29,21 +29,17 @@ class GymPolicy(Policy):
         self.predict = predict
         self.encoder = ObservationEncoder(tuple(wait_ticks))
 
-    def reset(self, brief: Brief) -> None:
-        super().reset(brief)
-        self.encoder.reset(brief.order_value)
-        self._action = None
-        self._probes_answered = 0
-
-    def act(self, result: dict | None) -> tuple[str, dict]:
-        if result is not None:
-            self._observe(result)
+    def plan(self):
+        probes_answered = 0
+        obs = self.encoder.reset(self.brief.order_value)
+        while True:
+            mask = self.encoder.masks(self.now, self.brief.probe, probes_answered)
+            action = int(self.predict(obs, mask))
+            result = yield self.encoder.actions[action]
             if result["tool"] == "probe_processor" and "captures" in result:
-                self._probes_answered += 1
-            self.encoder.update(self._action, result, self.now, self.brief.budget - self.calls_left)
-        mask = self.encoder.masks(self.now, self.brief.probe, self._probes_answered)
-        self._action = int(self.predict(self.encoder.obs, mask))
-        return self.encoder.actions[self._action]
+                probes_answered += 1
+            obs = self.encoder.update(action, result, self.now,
+                                      self.brief.budget - self.calls_left)
 
 
 def load_sb3(path: str | Path) -> GymPolicy:
