@@ -25,7 +25,7 @@ from finality_gym.episode import PROBE_ARMS
 
 from .labels import failure_label
 
-CHUNK = 64  # episodes per unit of parallel work
+CHUNK = 128  # episodes per unit of parallel work
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,8 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
     out.mkdir(parents=True, exist_ok=True)
     _check_manifest(out, config)
     path = out / "episodes.jsonl"
-    done = {_key(row) for row in read_rows(path)}
+    rows = read_rows(path)
+    done = {_key(row) for row in rows}
     todo = [job for job in config.jobs() if job not in done]
     if todo:
         bar = _progress(len(todo), desc, progress)
@@ -146,10 +147,11 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
             for lines in _map(_run_chunk, _chunks(config, todo), workers):
                 f.write("\n".join(lines) + "\n")
                 f.flush()
+                rows.extend(map(json.loads, lines))  # while the workers run the next chunks
                 bar.update(len(lines))
         bar.close()
     wanted = set(config.jobs())
-    rows = [row for row in read_rows(path) if _key(row) in wanted]
+    rows = [row for row in rows if _key(row) in wanted]
     if len(rows) != len(wanted):
         raise ValueError(f"{path} holds {len(rows)} of the {len(wanted)} episodes of this run "
                          "(duplicated or foreign lines?)")

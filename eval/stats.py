@@ -23,6 +23,15 @@ def bootstrap_indices(n_units: int, replicates: int = REPLICATES, seed: int = 0)
     return np.random.default_rng(seed).integers(0, n_units, size=(replicates, n_units))
 
 
+def resample_counts(idx: np.ndarray, n_units: int) -> np.ndarray:
+    """How many times each replicate drew each unit: a statistic's replicates are then two
+    matrix-vector products instead of two gathers of the whole index matrix."""
+    replicates = idx.shape[0]
+    flat = idx + (np.arange(replicates) * n_units)[:, None]
+    return np.bincount(flat.ravel(), minlength=replicates * n_units).reshape(
+        replicates, n_units).astype(float)
+
+
 def percentile_interval(values: np.ndarray) -> tuple[float, float]:
     values = values[np.isfinite(values)]
     if values.size == 0:
@@ -51,18 +60,18 @@ class UnitSums:
         den = self.den.sum()
         return float(self.num.sum() / den) if den else float("nan")
 
-    def replicates(self, idx: np.ndarray) -> np.ndarray:
-        den = self.den[idx].sum(axis=1)
+    def replicates(self, counts: np.ndarray) -> np.ndarray:
+        """The statistic in every replicate; `counts` is `resample_counts` of the indices."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            return self.num[idx].sum(axis=1) / den
+            return (counts @ self.num) / (counts @ self.den)
 
-    def interval(self, idx: np.ndarray) -> tuple[float, float]:
-        return percentile_interval(self.replicates(idx))
+    def interval(self, counts: np.ndarray) -> tuple[float, float]:
+        return percentile_interval(self.replicates(counts))
 
 
-def difference_interval(a: UnitSums, b: UnitSums, idx: np.ndarray) -> tuple[float, float]:
+def difference_interval(a: UnitSums, b: UnitSums, counts: np.ndarray) -> tuple[float, float]:
     """Interval of value(a) - value(b), both computed on the same resampled units."""
-    return percentile_interval(a.replicates(idx) - b.replicates(idx))
+    return percentile_interval(a.replicates(counts) - b.replicates(counts))
 
 
 def pass_hat_k(successes: np.ndarray, trials: int) -> list[float]:

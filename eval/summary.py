@@ -16,7 +16,7 @@ from finality_gym import ARCHETYPES, load_corpus
 
 from .labels import LABELS
 from .stats import (REPLICATES, UnitSums, bootstrap_indices, difference_interval, pass_hat_k,
-                    percentile_interval, rank_disagreements, ranking)
+                    percentile_interval, rank_disagreements, ranking, resample_counts)
 
 BASELINE = "finality_gate"
 BOOTSTRAP_SEED = 20261130
@@ -53,7 +53,7 @@ def summarize(rows: list[dict], split: str, policies: list[str], seeds: list[int
     present = {r["task_id"] for r in rows}
     units = [u for u in corpus.units if any(t.task_id in present for t in u)]
     unit_of = {t.task_id: i for i, u in enumerate(units) for t in u}
-    idx = bootstrap_indices(len(units), replicates, bootstrap_seed)
+    idx = resample_counts(bootstrap_indices(len(units), replicates, bootstrap_seed), len(units))
     by_policy: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_policy[row["policy"]].append(row)

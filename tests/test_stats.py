@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from eval.stats import (UnitSums, bootstrap_indices, difference_interval, pass_hat_k,
-                        percentile_interval, rank_disagreements, ranking)
+                        percentile_interval, rank_disagreements, ranking, resample_counts)
 from eval.summary import summarize
 
 
@@ -31,13 +31,14 @@ def test_unit_sums_ratio_and_interval_by_hand():
     sums = UnitSums.of(np.array([0, 0, 1]), np.array([1.0, 3.0, 8.0]), 2)
     assert list(sums.num) == [4.0, 8.0] and list(sums.den) == [2.0, 1.0]
     assert sums.value == pytest.approx(4.0)
-    idx = np.array([[0, 0], [1, 1], [0, 1]])
+    idx = resample_counts(np.array([[0, 0], [1, 1], [0, 1]]), 2)
+    assert idx.tolist() == [[2, 0], [0, 2], [1, 1]]
     assert list(sums.replicates(idx)) == pytest.approx([2.0, 8.0, 4.0])
     lo, hi = sums.interval(idx)
     assert lo == pytest.approx(np.quantile([2, 8, 4], 0.025))
     assert hi == pytest.approx(np.quantile([2, 8, 4], 0.975))
     same = UnitSums.of(np.array([0, 1]), np.array([5.0, 5.0]), 2)
-    assert same.interval(bootstrap_indices(2, 50)) == (5.0, 5.0)
+    assert same.interval(resample_counts(bootstrap_indices(2, 50), 2)) == (5.0, 5.0)
     assert difference_interval(sums, sums, idx) == (0.0, 0.0)
 
 
