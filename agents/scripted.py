@@ -286,3 +286,33 @@ class DoNothing(Policy):
     def plan(self) -> Plan:
         while True:
             yield wait(max(1, self.brief.horizon - self.now))
+
+
+class OpenLoopPlan(Policy):
+    """A fixed plan (SPEC section 11's reference check): wait w1, optionally `retry_capture`
+    under one key, wait w2, one terminal action. A wait of 0 is no call. If the terminal action
+    is refused (`ship` after the deadline) the case is left to lapse at the horizon."""
+
+    RETRIES = ("none", "original", "fresh")
+    TERMINALS = ("ship", "refund", "write_off", "escalate", "close")
+
+    def __init__(self, w1: int, retry: str, w2: int, terminal: str):
+        if type(w1) is not int or type(w2) is not int or w1 < 0 or w2 < 0:
+            raise ValueError(f"plan: waits must be non-negative ints, got {w1!r}, {w2!r}")
+        if retry not in self.RETRIES:
+            raise ValueError(f"plan: retry must be one of {self.RETRIES}, got {retry!r}")
+        if terminal not in self.TERMINALS:
+            raise ValueError(f"plan: terminal must be one of {self.TERMINALS}, got {terminal!r}")
+        self.w1, self.retry, self.w2, self.terminal = w1, retry, w2, terminal
+        self.name = f"plan:{w1},{retry},{w2},{terminal}"
+
+    def plan(self) -> Plan:
+        if self.w1:
+            yield wait(self.w1)
+        if self.retry != "none":
+            yield ("retry_capture", {"key": self.retry})
+        if self.w2:
+            yield wait(self.w2)
+        yield (self.terminal, {})
+        while True:
+            yield wait(max(1, self.brief.horizon - self.now))

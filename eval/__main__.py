@@ -1,9 +1,16 @@
-"""`python -m eval NAME ...`: the benchmark's experiments. `python -m eval --help` lists them."""
+"""`python -m eval NAME ...`: the benchmark's experiments, each resumable into its folder.
+
+    headline   nine policies x 321 tasks x 5 seeds, tables and figures (the main job)
+    ablation   each fault family alone and removed, no late_chargeback, loss x delay
+    tuning     sop's knobs on public, re-measured on regenerated
+    costs      45 cost configurations, re-priced from the headline records
+    plans      1,215 open-loop plans on 40 tasks against the reference
+    all        all of the above into one folder, with an index report
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -11,62 +18,85 @@ from pathlib import Path
 from agents import HEADLINE
 from finality_gym import PROBE_ARMS, SPLITS, load_corpus
 
-from .grader import RunConfig, grade
-from .report import figure_exact_vs_pass, figure_paired, headline_table, report_markdown
-from .summary import summarize
+from . import ablation, costs, headline, plans, tuning
 
 
 def _policies(text: str) -> tuple[str, ...]:
     return tuple(p for p in (s.strip() for s in text.split(",")) if p)
 
 
-def _common(parser: argparse.ArgumentParser, out: str) -> None:
-    parser.add_argument("--out", type=Path, default=Path(out), help="results folder (resumable)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def headline(args: argparse.Namespace) -> dict:
+def run_all(out: Path, workers: int, progress: bool) -> None:
     started = time.perf_counter()
-    config = RunConfig(policies=args.policies, split=args.split, seeds=tuple(range(args.seeds)),
-                       probe=args.probe)
-    corpus = load_corpus(args.split)
-    print(f"split {args.split}: fingerprint {corpus.fingerprint}, {len(corpus.tasks)} tasks, "
-          f"probe arm {args.probe}, {len(config.jobs())} episodes", flush=True)
-    rows = grade(config, args.out, workers=args.workers, progress=not args.no_progress,
-                 desc="headline")
-    summary = summarize(rows, args.split, list(args.policies), list(config.seeds))
-    summary["probe"] = args.probe
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (args.out / "report.md").write_text(report_markdown(summary, "Headline evaluation"))
-    figure_exact_vs_pass(summary, args.out / "exact_vs_pass.png")
-    figure_paired(summary, args.out / "paired_halves.png")
-    print(headline_table(summary))
-    r = summary["rankings"]
-    print(f"rankings by exact rate and by paired loss disagree in {r['disagreements']} places")
-    print(f"wrote {args.out}/episodes.jsonl, summary.json, report.md, exact_vs_pass.png, "
-          f"paired_halves.png in {time.perf_counter() - started:.1f} s")
-    return summary
+    head = headline.run(out / "headline", workers, progress)
+    abl = ablation.run(out / "ablation", workers, progress, baseline_dir=out / "headline")
+    tun = tuning.run(out / "tuning", workers, progress)
+    cst = costs.run(out / "costs", workers, progress, headline_dir=out / "headline")
+    pln = plans.run(out / "plans", workers, progress)
+    gate = head["policies"].get("finality_gate", {})
+    lines = [
+        "# finality-gym: every experiment", "",
+        f"Split `public`, fingerprint `{load_corpus('public').fingerprint}`; `regenerated` "
+        f"`{load_corpus('regenerated').fingerprint}`. Wall time "
+        f"{time.perf_counter() - started:.0f} s.", "",
+        f"- [Headline](headline/report.md): the finality gate's mean gap "
+        f"${gate.get('mean_gap', float('nan')):.2f} [{gate['mean_gap_ci'][0]:.2f}, "
+        f"{gate['mean_gap_ci'][1]:.2f}], exact "
+        f"{100 * gate.get('exact', float('nan')):.1f}%; rankings by exact rate and by paired "
+        f"loss disagree in {head['rankings']['disagreements']} places.",
+        f"- [Ablation](ablation/report.md): loss x delay interaction for sop "
+        f"${abl['loss_x_delay']['sop']['interaction']:.2f} "
+        f"{abl['loss_x_delay']['sop']['interaction_ci']}.",
+        f"- [Tuning](tuning/report.md): tuned `{tun['tuned']['policy']}` changes by "
+        f"${tun['tuned']['change']:+.2f} {tun['tuned']['change_ci']} from public to regenerated;"
+        f" the default by ${tun['default']['change']:+.2f} {tun['default']['change_ci']}.",
+        f"- [Cost sweep](costs/report.md): same ordering as the default in "
+        f"{cst['same_order_as_default']} of 45 configurations; the gate ahead of every ungated "
+        f"policy in {cst['gate_ahead_of_every_ungated']} of 45.",
+        f"- [Reference check](plans/report.md): a plan beats the reference on "
+        f"{pln['tasks_where_a_plan_beats_the_reference']} of {len(pln['tasks'])} tasks.", ""]
+    (out / "index.md").write_text("\n".join(lines))
+    print(f"wrote {out}/index.md in {time.perf_counter() - started:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eval", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("headline", help="nine policies x 321 tasks x 5 seeds, tables and figures")
-    p.add_argument("--split", choices=list(SPLITS), default="public")
-    p.add_argument("--seeds", type=int, default=5, help="episode seeds 0..N-1")
-    p.add_argument("--policies", type=_policies, default=HEADLINE,
+    parsers = {}
+    for name in ("headline", "ablation", "tuning", "costs", "plans", "all"):
+        p = sub.add_parser(name, help=__doc__.split(name, 1)[1].splitlines()[0].strip())
+        p.add_argument("--out", type=Path, default=Path("results") / name,
+                       help="results folder (re-running into it resumes)")
+        p.add_argument("--workers", type=int, default=2, help="worker processes")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        parsers[name] = p
+    for name in ("ablation", "tuning", "costs"):
+        parsers[name].add_argument("--seeds", type=int, default=5, help="episode seeds 0..N-1")
+    h = parsers["headline"]
+    h.add_argument("--split", choices=list(SPLITS), default="public")
+    h.add_argument("--seeds", type=int, default=5, help="episode seeds 0..N-1")
+    h.add_argument("--policies", type=_policies, default=HEADLINE,
                    help="comma-separated policy specs (ppo:PATH loads a model: trusted files "
                         "only, it unpickles code)")
-    p.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
-    _common(p, "results/headline")
-    p.set_defaults(func=headline)
+    h.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
     args = parser.parse_args(argv)
+    progress = not args.no_progress
+    started = time.perf_counter()
     try:
-        args.func(args)
+        if args.command == "headline":
+            headline.run(args.out, args.workers, progress, split=args.split, seeds=args.seeds,
+                         policies=args.policies, probe=args.probe)
+        elif args.command == "all":
+            run_all(args.out, args.workers, progress)
+        elif args.command == "plans":
+            plans.run(args.out, args.workers, progress)
+        else:
+            {"ablation": ablation, "tuning": tuning, "costs": costs}[args.command].run(
+                args.out, args.workers, progress, seeds=tuple(range(args.seeds)))
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(f"{args.command}: results in {args.out} ({time.perf_counter() - started:.1f} s)")
     return 0
 
 

@@ -21,7 +21,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
@@ -42,7 +42,7 @@ def headline_table(summary: dict) -> str:
                      _money(p["paired"]["fail"]), _money(p["paired"]["average"]),
                      _pct(p["premature"]),
                      f"{_money(vs['mean_gap_diff'])} {_ci(vs['mean_gap_diff_ci'])}"])
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def report_markdown(summary: dict, title: str) -> str:
@@ -56,21 +56,21 @@ def report_markdown(summary: dict, title: str) -> str:
              f"{summary['bootstrap']['seed']}. Money in dollars; gap = reference position - "
              "achieved position.", "", "## Headline", "", headline_table(summary), "",
              "## pass^k (tau-bench estimator)", "",
-             _table(["policy"] + [f"pass^{i}" for i in range(1, k + 1)],
+             table(["policy"] + [f"pass^{i}" for i in range(1, k + 1)],
                     [[n] + [_pct(x) for x in p["pass_k"]] for n, p in pols.items()]), ""]
     archetypes = [a for a in ARCHETYPES if any(a in p["per_archetype"] for p in pols.values())]
     for metric, fmt, label in (("exact", _pct, "exact rate"), ("mean_gap", _money, "mean gap $")):
         parts += [f"## Per archetype: {label}", "",
-                  _table(["policy"] + archetypes,
+                  table(["policy"] + archetypes,
                          [[n] + [fmt(p["per_archetype"][a][metric]) if a in p["per_archetype"]
                                  else "" for a in archetypes] for n, p in pols.items()]), ""]
     parts += ["## Loss breakdown (mean $ per episode)", "",
-              _table(["policy", "cogs", "liability", "dispute", "escalation"],
+              table(["policy", "cogs", "liability", "dispute", "escalation"],
                      [[n] + [_money(p["loss_breakdown"][c]) for c in
                              ("cogs", "liability", "dispute", "escalation")]
                       for n, p in pols.items()]), "",
               "## What kind of mistake (episodes per failure label)", "",
-              _table(["policy"] + list(LABELS),
+              table(["policy"] + list(LABELS),
                      [[n] + [str(p["failure_labels"][lab]) for lab in LABELS]
                       for n, p in pols.items()]), "",
               "## Rankings", "",
@@ -80,7 +80,7 @@ def report_markdown(summary: dict, title: str) -> str:
     return "\n".join(parts)
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -89,7 +89,7 @@ def _pyplot():
 
 def figure_exact_vs_pass(summary: dict, path: Path) -> None:
     """Single-seed exact rate against pass^k at the largest k: consistency, not just luck."""
-    plt = _pyplot()
+    plt = pyplot()
     pols = summary["policies"]
     k = len(summary["seeds"])
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
@@ -111,7 +111,7 @@ def figure_exact_vs_pass(summary: dict, path: Path) -> None:
 
 def figure_paired(summary: dict, path: Path) -> None:
     """Mean gap on the settling and the failing halves of the twin pairs, per policy."""
-    plt = _pyplot()
+    plt = pyplot()
     pols = summary["policies"]
     names = list(pols)
     xs = range(len(names))

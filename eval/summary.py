@@ -47,17 +47,37 @@ class PolicyRows:
         return UnitSums.of(self.units, values, self.n_units, mask)
 
 
+class Units:
+    """The independent units of a split that some row touches, and their shared resamples."""
+
+    def __init__(self, split: str, rows: list[dict], replicates: int = REPLICATES,
+                 seed: int = BOOTSTRAP_SEED):
+        present = {r["task_id"] for r in rows}
+        units = [u for u in load_corpus(split).units if any(t.task_id in present for t in u)]
+        self.n = len(units)
+        self.unit_of = {t.task_id: i for i, u in enumerate(units) for t in u}
+        self.counts = resample_counts(bootstrap_indices(self.n, replicates, seed), self.n)
+
+    def gap(self, rows: list[dict]) -> UnitSums:
+        """Mean gap in dollars as per-unit sums."""
+        units = np.array([self.unit_of[r["task_id"]] for r in rows], dtype=int)
+        return UnitSums.of(units, np.array([r["gap"] for r in rows], dtype=float) / 100, self.n)
+
+
+def by_policy(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        out[row["policy"]].append(row)
+    return out
+
+
 def summarize(rows: list[dict], split: str, policies: list[str], seeds: list[int],
               replicates: int = REPLICATES, bootstrap_seed: int = BOOTSTRAP_SEED) -> dict:
     corpus = load_corpus(split)
-    present = {r["task_id"] for r in rows}
-    units = [u for u in corpus.units if any(t.task_id in present for t in u)]
-    unit_of = {t.task_id: i for i, u in enumerate(units) for t in u}
-    idx = resample_counts(bootstrap_indices(len(units), replicates, bootstrap_seed), len(units))
-    by_policy: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
-        by_policy[row["policy"]].append(row)
-    tables = {p: PolicyRows(by_policy[p], unit_of, len(units)) for p in policies}
+    frame = Units(split, rows, replicates, bootstrap_seed)
+    idx = frame.counts
+    grouped = by_policy(rows)
+    tables = {p: PolicyRows(grouped[p], frame.unit_of, frame.n) for p in policies}
     out: dict = {}
     for name, t in tables.items():
         out[name] = _policy_summary(t, idx, len(seeds))
@@ -76,7 +96,7 @@ def summarize(rows: list[dict], split: str, policies: list[str], seeds: list[int
     return {
         "split": split, "fingerprint": corpus.fingerprint, "seeds": list(seeds),
         "episodes": len(rows),
-        "bootstrap": {"replicates": replicates, "seed": bootstrap_seed, "units": len(units),
+        "bootstrap": {"replicates": replicates, "seed": bootstrap_seed, "units": frame.n,
                       "confidence": 0.95, "method": "percentile, units resampled (twin pairs "
                       "together), shared resamples across policies"},
         "policies": out,

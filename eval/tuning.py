@@ -1,0 +1,133 @@
+"""Knob tuning (SPEC section 11): grid-search `sop`'s two knobs on `public`, then re-measure the
+tuned and the default configuration on `regenerated`.
+
+The splits are independent draws, so a change across splits is the difference of two independent
+bootstraps (each split resamples its own units, from its own generator); the tuned-minus-default
+comparison within a split uses shared resamples. The gap between "tuned on public" and "tuned,
+measured on regenerated" is the optimism of picking the best of 30 on the same data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .grader import RunConfig, grade
+from .report import table
+from .stats import percentile_interval
+from .summary import BOOTSTRAP_SEED, Units, by_policy
+
+POLL_INTERVALS = (15, 30, 45, 60, 90, 120)
+MAX_POLLS = (2, 3, 4, 6, 8)
+DEFAULT = "sop"
+SEEDS = (0, 1, 2, 3, 4)
+
+
+def spec(poll_interval: int, max_polls: int) -> str:
+    if (poll_interval, max_polls) == (60, 4):
+        return DEFAULT
+    return f"sop:poll_interval={poll_interval},max_polls={max_polls}"
+
+
+def grid() -> list[tuple[int, int, str]]:
+    return [(p, m, spec(p, m)) for p in POLL_INTERVALS for m in MAX_POLLS]
+
+
+def run(out: Path, workers: int = 2, progress: bool = True, seeds: tuple[int, ...] = SEEDS) -> dict:
+    specs = tuple(s for _, _, s in grid())
+    public = grade(RunConfig(specs, split="public", seeds=seeds), out / "public", workers=workers,
+                   progress=progress, desc="tuning public")
+    pub_units = Units("public", public, seed=BOOTSTRAP_SEED)
+    pub = {p: pub_units.gap(rows) for p, rows in by_policy(public).items()}
+    tuned = min(specs, key=lambda s: (pub[s].value, s))
+    measured = (tuned, DEFAULT) if tuned != DEFAULT else (DEFAULT,)
+    regenerated = grade(RunConfig(measured, split="regenerated", seeds=seeds),
+                        out / "regenerated", workers=workers, progress=progress,
+                        desc="tuning regenerated")
+    reg_units = Units("regenerated", regenerated, seed=BOOTSTRAP_SEED + 1)
+    reg = {p: reg_units.gap(rows) for p, rows in by_policy(regenerated).items()}
+    configs = {}
+    for name, role in ((tuned, "tuned"), (DEFAULT, "default")):
+        pub_reps = pub[name].replicates(pub_units.counts)
+        reg_reps = reg[name].replicates(reg_units.counts)
+        configs[role] = {
+            "policy": name, "public": round(pub[name].value, 4),
+            "public_ci": _ci(pub[name].interval(pub_units.counts)),
+            "regenerated": round(reg[name].value, 4),
+            "regenerated_ci": _ci(reg[name].interval(reg_units.counts)),
+            "change": round(reg[name].value - pub[name].value, 4),
+            "change_ci": _ci(percentile_interval(reg_reps - pub_reps)),
+        }
+    diffs = {}
+    for split, sums, units in (("public", pub, pub_units), ("regenerated", reg, reg_units)):
+        d = sums[tuned].replicates(units.counts) - sums[DEFAULT].replicates(units.counts)
+        diffs[split] = {"diff": round(sums[tuned].value - sums[DEFAULT].value, 4),
+                        "ci": _ci(percentile_interval(d))}
+    result = {"grid": {"poll_interval": list(POLL_INTERVALS), "max_polls": list(MAX_POLLS),
+                       "configurations": len(specs)},
+              "public_mean_gap": {s: {"mean_gap": round(pub[s].value, 4),
+                                      "mean_gap_ci": _ci(pub[s].interval(pub_units.counts))}
+                                  for s in specs},
+              "tuned": configs["tuned"], "default": configs["default"],
+              "tuned_minus_default": diffs}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tuning.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "report.md").write_text(_report(result))
+    _figure(result, out / "sop_grid.png")
+    print(_summary_table(result))
+    return result
+
+
+def _ci(pair: tuple[float, float]) -> list[float]:
+    return [round(pair[0], 2), round(pair[1], 2)]
+
+
+def _summary_table(result: dict) -> str:
+    rows = []
+    for role in ("tuned", "default"):
+        c = result[role]
+        rows.append([role, c["policy"], f"{c['public']:.2f} {c['public_ci']}",
+                     f"{c['regenerated']:.2f} {c['regenerated_ci']}",
+                     f"{c['change']:+.2f} {c['change_ci']}"])
+    return table(["", "configuration", "public mean gap $ [CI]", "regenerated $ [CI]",
+                  "change $ [CI]"], rows)
+
+
+def _report(result: dict) -> str:
+    grid_rows = [[str(p)] + [f"{result['public_mean_gap'][spec(p, m)]['mean_gap']:.2f}"
+                             for m in MAX_POLLS] for p in POLL_INTERVALS]
+    d = result["tuned_minus_default"]
+    return "\n".join([
+        "# Tuning `sop`", "",
+        f"Grid {len(POLL_INTERVALS)} x {len(MAX_POLLS)} on `public`, mean gap in "
+        "dollars; the best configuration and the default re-measured on `regenerated`.", "",
+        "## Public mean gap (rows: poll_interval, columns: max_polls)", "",
+        table(["poll_interval"] + [str(m) for m in MAX_POLLS], grid_rows), "",
+        "## Across the splits", "", _summary_table(result), "",
+        f"Tuned minus default: public {d['public']['diff']:+.2f} {d['public']['ci']}, "
+        f"regenerated {d['regenerated']['diff']:+.2f} {d['regenerated']['ci']}.", ""])
+
+
+def _figure(result: dict, path: Path) -> None:
+    from .report import pyplot
+    plt = pyplot()
+    grid_ = np.array([[result["public_mean_gap"][spec(p, m)]["mean_gap"] for m in MAX_POLLS]
+                      for p in POLL_INTERVALS])
+    fig, ax = plt.subplots(figsize=(6, 4.8))
+    image = ax.imshow(grid_, cmap="viridis_r", aspect="auto")
+    ax.set_xticks(range(len(MAX_POLLS)))
+    ax.set_xticklabels(MAX_POLLS)
+    ax.set_yticks(range(len(POLL_INTERVALS)))
+    ax.set_yticklabels(POLL_INTERVALS)
+    ax.set_xlabel("max_polls")
+    ax.set_ylabel("poll_interval (ticks)")
+    for i in range(grid_.shape[0]):
+        for j in range(grid_.shape[1]):
+            ax.text(j, i, f"{grid_[i, j]:.0f}", ha="center", va="center", fontsize=8)
+    fig.colorbar(image, ax=ax, label="mean gap ($), public")
+    ax.set_title("sop's knobs on public")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
