@@ -8,6 +8,7 @@ Loading a model unpickles code inside SB3's zip: load only files you trust.
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -51,19 +52,29 @@ def load_sb3(path: str | Path) -> GymPolicy:
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path} is not a stable-baselines3 model (not a zip archive)")
     try:
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data"))
+        policy_module = data["policy_class"]["__module__"]
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ValueError(f"{path} is not a stable-baselines3 model ({exc!r})") from None
+    try:
+        import torch
         from sb3_contrib import MaskablePPO
         from stable_baselines3 import PPO
     except ImportError as exc:  # pragma: no cover - the train extra is missing
         raise ImportError("loading a model needs the 'train' extra: pip install -e .[train]") from exc
-    errors = []
-    for cls in (MaskablePPO, PPO):
-        try:
-            model = cls.load(path, device="cpu")
-            break
-        except Exception as exc:  # SB3 raises many kinds for a file of the other class
-            errors.append(f"{cls.__name__}: {exc}")
-    else:
-        raise ValueError(f"{path} could not be loaded as PPO or MaskablePPO: {'; '.join(errors)}")
+    torch.set_num_threads(1)  # one small forward pass per step: threads only add overhead
+    cls = MaskablePPO if "maskable" in policy_module else PPO
+    try:
+        model = cls.load(path, device="cpu")
+    except Exception as exc:  # a damaged archive fails in many ways deep inside SB3
+        raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc!r}") from None
+    return sb3_policy(model, f"ppo:{path}")
+
+
+def sb3_policy(model, name: str) -> GymPolicy:
+    """A stable-baselines3 model in memory (PPO or MaskablePPO) as a deterministic policy."""
+    from sb3_contrib import MaskablePPO
     masked = isinstance(model, MaskablePPO)
 
     def predict(obs: np.ndarray, mask: np.ndarray) -> int:
@@ -73,4 +84,4 @@ def load_sb3(path: str | Path) -> GymPolicy:
             action, _ = model.predict(obs, deterministic=True)
         return int(action)
 
-    return GymPolicy(f"ppo:{path}", predict)
+    return GymPolicy(name, predict)

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from agents import make_policy, run_episode
-from finality_gym import FaultProfile, load_corpus
+from agents import Policy, make_policy, run_episode
+from finality_gym import FaultProfile, Task, load_corpus
 from finality_gym.economics import DEFAULT_COSTS, Costs
 from finality_gym.episode import PROBE_ARMS
 
@@ -107,6 +107,22 @@ def _check_manifest(out: Path, config: RunConfig) -> None:
 _POLICIES: dict = {}
 
 
+def grade_row(policy: Policy, name: str, task: Task, seed: int, config: RunConfig) -> dict:
+    """One graded episode as a JSONL row: the record, the policy's name and the failure label."""
+    record = run_episode(policy, task, seed, faults=config.faults, probe=config.probe,
+                         costs=config.costs)
+    return {"policy": name, **record.to_dict(), "label": failure_label(record)}
+
+
+def grade_in_process(policy: Policy, name: str, config: RunConfig) -> list[dict]:
+    """Grade a policy object (for example a model being trained) on every task and seed of
+    `config`, in this process and without files; the rows are those `grade` would write."""
+    corpus = load_corpus(config.split)
+    return [grade_row(policy, name, corpus.task(task_id), seed, config)
+            for _, task_id, seed in RunConfig((name,), config.split, config.seeds, config.probe,
+                                              config.faults, config.costs, config.tasks).jobs()]
+
+
 def _run_chunk(args: tuple) -> list[str]:
     """One chunk of jobs, run in a worker; returns the JSON lines in job order."""
     config, jobs = args
@@ -116,9 +132,7 @@ def _run_chunk(args: tuple) -> list[str]:
         policy = _POLICIES.get(spec)
         if policy is None:
             policy = _POLICIES[spec] = make_policy(spec)
-        record = run_episode(policy, corpus.task(task_id), seed, faults=config.faults,
-                             probe=config.probe, costs=config.costs)
-        row = {"policy": spec, **record.to_dict(), "label": failure_label(record)}
+        row = grade_row(policy, spec, corpus.task(task_id), seed, config)
         lines.append(json.dumps(row, separators=(",", ":")))
     return lines
 
@@ -144,7 +158,10 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
     if todo:
         bar = _progress(len(todo), desc, progress)
         with open(path, "a") as f:
-            for lines in _map(_run_chunk, _chunks(config, todo), workers):
+            # A learned policy's torch may hold threads that a forked child would inherit
+            # locked: such runs start their workers fresh.
+            fresh = any(spec.startswith("ppo:") for spec in config.policies)
+            for lines in _map(_run_chunk, _chunks(config, todo), workers, fresh):
                 f.write("\n".join(lines) + "\n")
                 f.flush()
                 rows.extend(map(json.loads, lines))  # while the workers run the next chunks
@@ -158,11 +175,11 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
     return rows
 
 
-def _map(fn, items: Iterable, workers: int) -> Iterator:
+def _map(fn, items: Iterable, workers: int, fresh: bool = False) -> Iterator:
     if workers == 1:
         yield from map(fn, items)
         return
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    method = "fork" if sys.platform.startswith("linux") and not fresh else "spawn"
     with multiprocessing.get_context(method).Pool(workers) as pool:
         yield from pool.imap(fn, items)
 

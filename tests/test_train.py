@@ -1,0 +1,127 @@
+"""PPO training: TensorBoard scalars, a model the grader grades, resume, masked actions."""
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import finality_gym
+from agents import make_policy, run_episode
+from agents.learned import GymPolicy
+from train.ppo import PPOConfig, latest_checkpoint, train
+
+PUBLIC = finality_gym.load_corpus("public")
+
+
+def _config(tmp_path, **changes):
+    base = dict(timesteps=2048, n_envs=2, n_steps=256, batch_size=256, n_epochs=2,
+                eval_every=1024, validation_stride=32, checkpoint_every=1024, final_seeds=1,
+                out=str(tmp_path / "run"))
+    return PPOConfig(**{**base, **changes})
+
+
+def _scalars(run: Path) -> dict[str, list]:
+    tags: dict[str, list] = {}
+    for events in (run / "tb").rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            tags.setdefault(tag, []).extend(e.step for e in acc.Scalars(tag))
+    return tags
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    config = _config(tmp_path_factory.mktemp("ppo"))
+    result = train(config)
+    return config, result
+
+
+def test_training_writes_our_scalars_and_a_model_the_grader_grades(trained):
+    config, result = trained
+    run = Path(config.out)
+    tags = _scalars(run)
+    for tag in ("validation/mean_gap", "validation/exact_rate", "validation/premature_rate"):
+        assert tag in tags and len(tags[tag]) >= 2, tag
+    assert any(t.startswith("train/") for t in tags)  # SB3's own curves
+    assert "rollout/ep_rew_mean" in tags
+    assert json.loads((run / "config.json").read_text())["timesteps"] == 2048
+    assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    policy = make_policy(f"ppo:{run / 'best_model.zip'}")
+    record = run_episode(policy, PUBLIC.tasks[3], 0)
+    assert record.disposition in ("ship", "refund", "write_off", "escalate", "close")
+    for split in ("public", "regenerated"):
+        summary = json.loads((run / f"eval_{split}" / "summary.json").read_text())
+        name = f"ppo:{run / 'best_model.zip'}"
+        assert name in summary["policies"] and "finality_gate" in summary["policies"]
+        assert summary["policies"][name]["episodes"] == 321
+    assert result["timesteps"] == 2048 == int(latest_checkpoint(run).stem.split("_")[1])
+
+
+def test_resume_continues_the_step_count(trained, tmp_path):
+    import shutil
+    config, _ = trained
+    run = tmp_path / "resumed"
+    shutil.copytree(config.out, run)
+    resumed = PPOConfig(**{**json.loads((run / "config.json").read_text()),
+                           "net_arch": tuple(config.net_arch), "out": str(run),
+                           "timesteps": 4096})
+    result = train(resumed, resume=True)
+    assert result["timesteps"] >= 4096
+    assert int(latest_checkpoint(run).stem.split("_")[1]) == result["timesteps"]
+    steps = [json.loads(line)["timesteps"] for line in
+             (run / "validation.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] >= 4096 and min(steps) < 2048
+    assert max(max(v) for v in _scalars(run).values()) >= 4096
+
+
+def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(_config(tmp_path), resume=True)
+
+
+def test_bad_configs_are_refused():
+    with pytest.raises(ValueError, match="env: unknown id"):
+        PPOConfig(env="CartPole-v1")
+    with pytest.raises(ValueError, match="n_envs must be >= 1"):
+        PPOConfig(n_envs=0)
+
+
+def test_the_masked_variant_never_takes_a_masked_action(tmp_path):
+    from sb3_contrib import MaskablePPO
+    config = _config(tmp_path, env="FinalityNoProbe-v0", masked=True, timesteps=1024,
+                     eval_every=512)
+    train(config)
+    model = MaskablePPO.load(Path(config.out) / "best_model.zip", device="cpu")
+    env = gym.make("FinalityNoProbe-v0", wait_ticks=(10, 30, 60, 120)).unwrapped
+    late_states = 0
+    for episode in range(60):
+        obs, _ = env.reset(seed=episode)
+        done = False
+        steps = 0
+        while not done:
+            mask = env.action_masks()
+            late_states += not mask[11]
+            action, _ = model.predict(obs, deterministic=episode % 2 == 0, action_masks=mask)
+            assert mask[int(action)], (int(action), mask)
+            # keep some episodes open past the deadline, where ship is masked
+            if steps < 12 and episode % 3 == 0 and int(action) >= 11:
+                action = 8
+            obs, _, terminated, truncated, _ = env.step(int(action))
+            done = terminated or truncated
+            steps += 1
+    assert late_states > 0
+    seen = []
+
+    def predict(obs, mask):
+        action, _ = model.predict(obs, deterministic=True, action_masks=mask)
+        seen.append(bool(mask[int(action)]))
+        assert not mask[4]  # the probe is masked in this arm
+        return int(action)
+
+    for task in PUBLIC.tasks[:40]:
+        run_episode(GymPolicy("masked", predict), task, 0, probe="none")
+    assert seen and all(seen)
