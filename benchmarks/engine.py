@@ -14,7 +14,7 @@ import argparse
 import random
 import time
 
-import gymnasium as gym
+from env import steps_per_second  # benchmarks/env.py: the same CartPole measurement
 
 import finality_gym
 from finality_gym.episode import TOOLS
@@ -49,31 +49,13 @@ def engine_calls_per_second(seconds: float) -> float:
             return calls / elapsed
 
 
-def cartpole_steps_per_second(seconds: float) -> float:
-    env = gym.make("CartPole-v1")
-    env.reset(seed=0)
-    sample = env.action_space.sample
-    env.action_space.seed(0)
-    steps = 0
-    start = time.perf_counter()
-    while True:
-        for _ in range(1000):
-            _, _, terminated, truncated, _ = env.step(sample())
-            if terminated or truncated:
-                env.reset()
-        steps += 1000
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return steps / elapsed
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    cartpole = cartpole_steps_per_second(args.seconds)
+    cartpole = steps_per_second("CartPole-v1", args.seconds)
     engine = engine_calls_per_second(args.seconds)
-    print(f"CartPole-v1 steps/s (gym.make, random actions): {cartpole:,.0f}")
+    print(f"CartPole-v1 steps/s (gym.make, action_space.sample()): {cartpole:,.0f}")
     print(f"finality engine tool calls/s (random policy, constructions and records included): "
           f"{engine:,.0f}")
     print(f"ratio engine / CartPole: {engine / cartpole:.2f}")

@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from hypothesis import assume, event, given, settings
+from hypothesis import assume, event as note_event, given, settings
 from hypothesis import strategies as st
 from strategies import ALL_TASKS, calls, open_calls, play, profiles, seeds, tasks, twin_pairs
 
@@ -75,7 +75,7 @@ def test_without_faults_the_four_systems_agree_once_settled_in(task, seed, seque
     assume(t < HORIZON - 10 and not episode.done and episode.calls_used <= 35)
     episode.call("wait", ticks=max(1, min(t - episode.now + extra, HORIZON - 5 - episode.now)))
     assume(not episode.done and episode.now >= quiet)
-    event("compared")
+    note_event("compared")
     proc = episode.call("read_processor")["operations"]
     ledger = episode.call("read_ledger")
     erp = episode.call("read_erp")["status"]

@@ -13,8 +13,9 @@ A run folder holds: `config.json`, `tb/` (TensorBoard: `tensorboard --logdir run
 
 Choices where the issue is silent: training draws tasks from `public` with fresh fault seeds;
 validation uses every `validation_stride`-th independent unit of public under fault seed 100
-(the grading seeds are 0..4); `gamma = 1` (the reward is the terminal economic gap, and time already costs money in
-the world); the final grading compares the model with the nine scripted policies in the env's
+(the grading seeds are 0..4); `gamma = 1` (the reward is the terminal economic gap, and time
+already costs money in the world); the training reward is the gap relative to the order value
+(`RelativeGap`); the final grading compares the model with the nine scripted policies in the env's
 probe arm.
 """
 
