@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-envs", type=int, default=defaults.n_envs)
     p.add_argument("--masked", action="store_true", help="MaskablePPO with the env's masks")
     p.add_argument("--out", default=defaults.out, help="run folder")
+    p.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    p.add_argument("--n-steps", type=int, default=defaults.n_steps, help="rollout steps per env")
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    p.add_argument("--ent-coef", type=float, default=defaults.ent_coef)
     p.add_argument("--eval-every", type=int, default=defaults.eval_every)
     p.add_argument("--validation-stride", type=int, default=defaults.validation_stride,
                    help="validate on every N-th independent unit of public")
@@ -42,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = PPOConfig(env=args.env, timesteps=args.timesteps or defaults.timesteps,
                                seed=args.seed, n_envs=args.n_envs, masked=args.masked,
-                               out=args.out, eval_every=args.eval_every,
+                               out=args.out, learning_rate=args.learning_rate,
+                               n_steps=args.n_steps, batch_size=args.batch_size,
+                               ent_coef=args.ent_coef, eval_every=args.eval_every,
                                validation_stride=args.validation_stride,
                                checkpoint_every=args.checkpoint_every,
                                final_seeds=args.final_seeds)
