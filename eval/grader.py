@@ -10,6 +10,7 @@ serial one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -119,8 +120,7 @@ def grade_in_process(policy: Policy, name: str, config: RunConfig) -> list[dict]
     `config`, in this process and without files; the rows are those `grade` would write."""
     corpus = load_corpus(config.split)
     return [grade_row(policy, name, corpus.task(task_id), seed, config)
-            for _, task_id, seed in RunConfig((name,), config.split, config.seeds, config.probe,
-                                              config.faults, config.costs, config.tasks).jobs()]
+            for _, task_id, seed in dataclasses.replace(config, policies=(name,)).jobs()]
 
 
 def _run_chunk(args: tuple) -> list[str]:

@@ -146,12 +146,9 @@ class Episode:
         result["t"] = t
         self.calls_used += 1
         self.history.append((t, tool, args, result))
-        if not self.done:
-            self.now = min(t + ticks, HORIZON)
-            if self.calls_used >= CALL_BUDGET or self.now >= HORIZON:
-                self._end("close", self.now, lapsed=True)
-        else:
-            self.now = min(t + ticks, HORIZON)
+        self.now = min(t + ticks, HORIZON)
+        if not self.done and (self.calls_used >= CALL_BUDGET or self.now >= HORIZON):
+            self._end("close", self.now, lapsed=True)
         return result
 
     def _probe(self, t: int) -> dict:
