@@ -272,5 +272,11 @@ def test_loading_a_missing_or_corrupt_model_is_a_clear_error(tmp_path):
     bad.write_text("not a zip")
     with pytest.raises(ValueError, match="not a stable-baselines3 model"):
         load_sb3(bad)
+    import zipfile
+    empty = tmp_path / "empty.zip"
+    with zipfile.ZipFile(empty, "w") as archive:
+        archive.writestr("readme.txt", "no model here")
+    with pytest.raises(ValueError, match="is not a stable-baselines3 model"):
+        load_sb3(empty)
     with pytest.raises(ValueError, match="unknown policy"):
         make_policy("clairvoyant")

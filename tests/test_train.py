@@ -124,3 +124,18 @@ def test_the_masked_variant_never_takes_a_masked_action(tmp_path):
     for task in PUBLIC.tasks[:40]:
         run_episode(GymPolicy("masked", predict), task, 0, probe="none")
     assert seen and all(seen)
+
+
+def test_a_damaged_model_is_a_clear_error(trained, tmp_path):
+    import zipfile
+
+    from agents.learned import load_sb3
+    config, _ = trained
+    damaged = tmp_path / "damaged.zip"
+    with zipfile.ZipFile(Path(config.out) / "best_model.zip") as src, \
+            zipfile.ZipFile(damaged, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            dst.writestr(item, b"garbage" if item.filename == "policy.pth" else data)
+    with pytest.raises(ValueError, match="could not be loaded as PPO"):
+        load_sb3(damaged)
