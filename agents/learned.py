@@ -4,6 +4,13 @@
 on the env sees, under the grader, exactly the observations it was trained on.
 `load_sb3(path)` loads a saved stable-baselines3 model (PPO, or sb3-contrib's MaskablePPO).
 Loading a model unpickles code inside SB3's zip: load only files you trust.
+
+A PPO policy is graded as what PPO trains: a stochastic policy. Its actions are sampled, with
+torch's generator seeded from the brief's seed at the start of every episode, so an episode's
+actions depend only on (task, seed), whatever ran before it or in which process, and the two
+halves of a twin pair sample alike before `t_det`. `greedy=True` takes the most likely action
+instead (the `ppo-greedy:PATH` spec); in this partially observed world the greedy policy of a
+trained model can be much worse than the policy itself (see the README).
 """
 
 from __future__ import annotations
@@ -23,14 +30,19 @@ Predict = Callable[[np.ndarray, np.ndarray], int]
 
 
 class GymPolicy(Policy):
-    """`predict(observation, action_mask) -> action index` behind the policy interface."""
+    """`predict(observation, action_mask) -> action index` behind the policy interface;
+    `start(seed)`, if given, runs at the start of every episode (to seed a sampler)."""
 
-    def __init__(self, name: str, predict: Predict, wait_ticks: tuple[int, ...] = DEFAULT_WAITS):
+    def __init__(self, name: str, predict: Predict, wait_ticks: tuple[int, ...] = DEFAULT_WAITS,
+                 start: Callable[[int], object] | None = None):
         self.name = name
         self.predict = predict
+        self.start = start
         self.encoder = ObservationEncoder(tuple(wait_ticks))
 
     def plan(self):
+        if self.start is not None:
+            self.start(self.brief.seed)
         probes_answered = 0
         obs = self.encoder.reset(self.brief.order_value)
         while True:
@@ -43,9 +55,8 @@ class GymPolicy(Policy):
                                       self.brief.budget - self.calls_left)
 
 
-def load_sb3(path: str | Path) -> GymPolicy:
-    """A saved SB3 model as a deterministic policy. Only load files you trust: SB3's zip holds
-    pickled code."""
+def load_sb3(path: str | Path, greedy: bool = False) -> GymPolicy:
+    """A saved SB3 model as a policy. Only load files you trust: SB3's zip holds pickled code."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no model file at {path}")
@@ -69,19 +80,21 @@ def load_sb3(path: str | Path) -> GymPolicy:
         model = cls.load(path, device="cpu")
     except Exception as exc:  # a damaged archive fails in many ways deep inside SB3
         raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc!r}") from None
-    return sb3_policy(model, f"ppo:{path}")
+    return sb3_policy(model, f"ppo{'-greedy' if greedy else ''}:{path}", greedy)
 
 
-def sb3_policy(model, name: str) -> GymPolicy:
-    """A stable-baselines3 model in memory (PPO or MaskablePPO) as a deterministic policy."""
+def sb3_policy(model, name: str, greedy: bool = False) -> GymPolicy:
+    """A stable-baselines3 model in memory (PPO or MaskablePPO) as a policy: sampled with a
+    per-episode seed, or greedy."""
+    import torch
     from sb3_contrib import MaskablePPO
     masked = isinstance(model, MaskablePPO)
 
     def predict(obs: np.ndarray, mask: np.ndarray) -> int:
         if masked:
-            action, _ = model.predict(obs, deterministic=True, action_masks=mask)
+            action, _ = model.predict(obs, deterministic=greedy, action_masks=mask)
         else:
-            action, _ = model.predict(obs, deterministic=True)
+            action, _ = model.predict(obs, deterministic=greedy)
         return int(action)
 
-    return GymPolicy(name, predict)
+    return GymPolicy(name, predict, start=None if greedy else torch.manual_seed)

@@ -1,7 +1,8 @@
 """Every policy by name. A spec is a name (`sop`), a name with knobs
 (`sop:poll_interval=30,max_polls=6`), an open-loop plan (`plan:W1,RETRY,W2,TERMINAL`, for
-example `plan:60,original,120,ship`), or `ppo:PATH` for a saved stable-baselines3 model (it
-unpickles code: load only files you trust)."""
+example `plan:60,original,120,ship`), or `ppo:PATH` for a saved stable-baselines3 model, sampled
+with a per-episode seed (`ppo-greedy:PATH`: its most likely actions). Loading a model unpickles
+code: load only files you trust."""
 
 from __future__ import annotations
 
@@ -24,18 +25,18 @@ def policy_names() -> tuple[str, ...]:
 
 def make_policy(spec: str) -> Policy:
     name, _, rest = spec.partition(":")
-    if name == "ppo":
+    if name in ("ppo", "ppo-greedy"):
         if not rest:
-            raise ValueError("ppo:PATH needs the path of a saved model")
+            raise ValueError(f"{name}:PATH needs the path of a saved model")
         from .learned import load_sb3
-        return load_sb3(rest)
+        return load_sb3(rest, greedy=name == "ppo-greedy")
     if name == "plan":
         parts = rest.split(",")
         if len(parts) != 4 or not parts[0].isdigit() or not parts[2].isdigit():
             raise ValueError(f"bad plan {spec!r}; expected plan:W1,RETRY,W2,TERMINAL")
         return scripted.OpenLoopPlan(int(parts[0]), parts[1], int(parts[2]), parts[3])
     if name not in _CLASSES:
-        raise ValueError(f"unknown policy {spec!r}; valid: {', '.join(_CLASSES)}, plan:W1,RETRY,W2,TERMINAL, or ppo:PATH")
+        raise ValueError(f"unknown policy {spec!r}; valid: {', '.join(_CLASSES)}, plan:W1,RETRY,W2,TERMINAL, ppo:PATH, ppo-greedy:PATH")
     if not rest:
         return _CLASSES[name]()
     if name != "sop":

@@ -160,7 +160,7 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
         with open(path, "a") as f:
             # A learned policy's torch may hold threads that a forked child would inherit
             # locked: such runs start their workers fresh.
-            fresh = any(spec.startswith("ppo:") for spec in config.policies)
+            fresh = any(spec.startswith(("ppo:", "ppo-greedy:")) for spec in config.policies)
             for lines in _map(_run_chunk, _chunks(config, todo), workers, fresh):
                 f.write("\n".join(lines) + "\n")
                 f.flush()

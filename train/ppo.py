@@ -15,8 +15,9 @@ Choices where the issue is silent: training draws tasks from `public` with fresh
 validation uses every `validation_stride`-th independent unit of public under fault seed 100
 (the grading seeds are 0..4); `gamma = 1` (the reward is the terminal economic gap, and time
 already costs money in the world); the training reward is the gap relative to the order value
-(`RelativeGap`); the final grading compares the model with the nine scripted policies in the env's
-probe arm.
+(`RelativeGap`); validation and the final grading run the model as it is trained, a stochastic policy (sampled
+with a per-episode seed, see `agents/learned.py`); the final grading compares it with the nine
+scripted policies in the env's probe arm.
 """
 
 from __future__ import annotations
