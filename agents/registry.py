@@ -23,6 +23,12 @@ def policy_names() -> tuple[str, ...]:
     return tuple(_CLASSES)
 
 
+def is_unprivileged_scripted(spec: str) -> bool:
+    """A rule written by hand that sees only tool results: not the oracle, not a model."""
+    cls = _CLASSES.get(spec.partition(":")[0])
+    return cls is not None and not cls.privileged
+
+
 def make_policy(spec: str) -> Policy:
     name, _, rest = spec.partition(":")
     if name in ("ppo", "ppo-greedy"):

@@ -139,3 +139,30 @@ def test_a_damaged_model_is_a_clear_error(trained, tmp_path):
             dst.writestr(item, b"garbage" if item.filename == "policy.pth" else data)
     with pytest.raises(ValueError, match="could not be loaded as PPO"):
         load_sb3(damaged)
+
+
+def test_a_sampled_policy_depends_only_on_task_and_seed(trained):
+    """Sampling is seeded per episode: the same (task, seed) gives the same episode whatever
+    ran before, and both halves of a twin pair act alike before t_det."""
+    from agents import brief_for
+    config, _ = trained
+    spec = f"ppo:{Path(config.out) / 'best_model.zip'}"
+    policy = make_policy(spec)
+    tasks = PUBLIC.tasks[:30]
+    forward = [run_episode(policy, t, s) for t in tasks for s in (0, 1)]
+    backward = [run_episode(policy, t, s) for t in reversed(tasks) for s in (1, 0)]
+    assert {(r.task_id, r.seed): r for r in forward} == {(r.task_id, r.seed): r for r in backward}
+    greedy = make_policy(f"ppo-greedy:{Path(config.out) / 'best_model.zip'}")
+    assert greedy.name.startswith("ppo-greedy:")
+    for settle, fail in [u for u in PUBLIC.units if len(u) == 2][:15]:
+        calls = []
+        for task in (settle, fail):
+            episode = finality_gym.Episode(task, seed=1)
+            policy.reset(brief_for(task, 1, "full"))
+            seen, result = [], None
+            while not episode.done and episode.now < task.t_det:
+                tool, args = policy.act(result)
+                seen.append((episode.now, tool, args))
+                result = episode.call(tool, **args)
+            calls.append(seen)
+        assert calls[0] == calls[1]
