@@ -13,7 +13,6 @@ family's draws as they were, so a changed disposition is that family's doing.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from agents import HEADLINE
 from finality_gym import FAMILIES, FaultProfile, load_corpus
 
 from .grader import RunConfig, grade
-from .report import table
+from .report import save, table
 from .stats import percentile_interval
 from .summary import Units, by_policy
 
@@ -101,9 +100,7 @@ def run(out: Path, workers: int = 2, progress: bool = True,
                   len(c.policies) * len(c.seeds))} for name, c in configs.items()},
         "mean_gap": mean_gap, "firings_per_episode": firings,
         "disposition_changes_when_removed": changes, "loss_x_delay": two_by_two}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ablation.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "report.md").write_text(_report(result))
+    save(out, "ablation", result, _report(result))
     _figure(result, out / "mean_gap_by_arm.png")
     print(_two_by_two_table(result))
     return result

@@ -8,7 +8,6 @@ recorded ones (checked on every run).
 
 from __future__ import annotations
 
-import json
 from itertools import product
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from finality_gym.economics import DEFAULT_COSTS, Costs
 from finality_gym.oracle import reference_outcome
 
 from .grader import RunConfig, grade
-from .report import table
+from .report import save, table
 from .stats import ranking
 
 COGS_FRACTIONS = (0.4, 0.5, 0.6, 0.7, 0.8)
@@ -89,9 +88,7 @@ def run(out: Path, workers: int = 2, progress: bool = True,
               "gate_ahead_of_every_ungated": sum(c["gate_ahead_of_every_ungated"]
                                                  for c in per_config),
               "per_configuration": per_config}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "costs.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "report.md").write_text(_report(result))
+    save(out, "costs", result, _report(result))
     _figure(result, out / "cost_sweep_ranks.png")
     print(f"cost sweep: the nine-policy ordering equals the default's in "
           f"{result['same_order_as_default']} of 45 configurations; the gate is ahead of every "

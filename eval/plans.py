@@ -9,7 +9,6 @@ A plan reads nothing, so its position does not depend on the fault seed; seed 0 
 
 from __future__ import annotations
 
-import json
 import random
 from itertools import product
 from pathlib import Path
@@ -18,7 +17,7 @@ from agents.scripted import OpenLoopPlan
 from finality_gym import ARCHETYPES, load_corpus
 
 from .grader import RunConfig, grade
-from .report import table
+from .report import save, table
 
 WAITS = (0, 15, 30, 60, 120, 180, 240, 360, 480)
 SAMPLE_SEED = 11
@@ -82,9 +81,7 @@ def run(out: Path, workers: int = 2, progress: bool = True) -> dict:
     result = {"tasks": tasks, "plans_per_task": len(plans()), "episodes": len(rows),
               "tasks_where_a_plan_beats_the_reference": len(beats), "beats": beats,
               "best_gap_per_task": {t: best[t]["gap"] for t in tasks}}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "plans.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "report.md").write_text(_report(result))
+    save(out, "plans", result, _report(result))
     print(f"plans: {len(beats)} of {len(tasks)} tasks have a plan that beats the reference")
     return result
 

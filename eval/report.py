@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from finality_gym import ARCHETYPES
 
 from .labels import LABELS
+
+
+def save(out: Path, name: str, result: dict, report: str) -> None:
+    """An experiment's outputs: `NAME.json` and `report.md` in its folder."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "report.md").write_text(report)
 
 
 def _money(x: float) -> str:

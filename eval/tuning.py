@@ -9,13 +9,12 @@ measured on regenerated" is the optimism of picking the best of 30 on the same d
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from .grader import RunConfig, grade
-from .report import table
+from .report import save, table
 from .stats import percentile_interval
 from .summary import BOOTSTRAP_SEED, Units, by_policy
 
@@ -72,9 +71,7 @@ def run(out: Path, workers: int = 2, progress: bool = True, seeds: tuple[int, ..
                                   for s in specs},
               "tuned": configs["tuned"], "default": configs["default"],
               "tuned_minus_default": diffs}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tuning.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "report.md").write_text(_report(result))
+    save(out, "tuning", result, _report(result))
     _figure(result, out / "sop_grid.png")
     print(_summary_table(result))
     return result

@@ -126,6 +126,8 @@ def test_repricing_equals_rerunning_under_other_costs(tmp_path):
 
 
 def _kill_and_resume(tmp_path, name, extra, result_file):
+    """Kill a run part-way, resume it, run it cleanly elsewhere; return both results and the
+    resumed run's episode keys."""
     out = tmp_path / "killed"
 
     def command(folder):
@@ -145,13 +147,10 @@ def _kill_and_resume(tmp_path, name, extra, result_file):
     for cmd_out in (out, tmp_path / "clean"):
         done = subprocess.run(command(cmd_out), cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-    resumed = json.loads((out / result_file).read_text())
-    clean = json.loads((tmp_path / "clean" / result_file).read_text())
-    assert resumed == clean
-    for path in out.rglob("episodes.jsonl"):
-        lines = path.read_text().splitlines()
-        keys = [(r["policy"], r["task_id"], r["seed"]) for r in map(json.loads, lines)]
-        assert len(keys) == len(set(keys))
+    keys = [(str(path), r["policy"], r["task_id"], r["seed"]) for path in out.rglob("episodes.jsonl")
+            for r in map(json.loads, path.read_text().splitlines())]
+    return (json.loads((out / result_file).read_text()),
+            json.loads((tmp_path / "clean" / result_file).read_text()), keys)
 
 
 @pytest.mark.parametrize("name,extra,result_file", [
@@ -161,4 +160,6 @@ def _kill_and_resume(tmp_path, name, extra, result_file):
     ("plans", [], "plans.json"),
 ])
 def test_each_experiment_resumes_after_a_kill(tmp_path, name, extra, result_file):
-    _kill_and_resume(tmp_path, name, extra, result_file)
+    resumed, clean, keys = _kill_and_resume(tmp_path, name, extra, result_file)
+    assert resumed == clean
+    assert len(keys) == len(set(keys))  # nothing recorded twice
