@@ -3,8 +3,8 @@ runs any Gymnasium-observation policy (for example a saved stable-baselines3 mod
 same runner as every scripted policy."""
 
 from .base import Brief, Policy, Privilege
-from .registry import FLOORS, HEADLINE, is_unprivileged_scripted, make_policy, policy_names
+from .registry import FLOORS, HEADLINE, is_unprivileged_scripted, make_policy
 from .runner import brief_for, run_episode
 
-__all__ = ["FLOORS", "HEADLINE", "Brief", "Policy", "Privilege", "brief_for", "is_unprivileged_scripted", "make_policy",
-           "policy_names", "run_episode"]
+__all__ = ["FLOORS", "HEADLINE", "Brief", "Policy", "Privilege", "brief_for",
+           "is_unprivileged_scripted", "make_policy", "run_episode"]

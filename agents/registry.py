@@ -19,10 +19,6 @@ HEADLINE = ("random", "optimistic", "eager", "majority_vote", "sop", "react", "r
 FLOORS = ("always_ship", "always_refund", "always_escalate", "do_nothing")
 
 
-def policy_names() -> tuple[str, ...]:
-    return tuple(_CLASSES)
-
-
 def is_unprivileged_scripted(spec: str) -> bool:
     """A rule written by hand that sees only tool results: not the oracle, not a model."""
     cls = _CLASSES.get(spec.partition(":")[0])

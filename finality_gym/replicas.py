@@ -28,7 +28,6 @@ from .faults import FAMILIES, GOLDEN, MASK64, FaultProfile, draw, episode_key, m
 from .tasks import Task
 from .world import Event, World
 
-SYSTEMS = ("processor", "ledger", "erp", "bank")
 PROCESSOR, LEDGER, ERP, BANK = range(4)
 LATENCY = (2, 5, 15, 0)
 BANK_BATCH = 60
