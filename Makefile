@@ -10,7 +10,7 @@ WORKERS ?= 2
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[train,dev]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[train,model,dev]"
 	touch $(STAMP)
 
 run: $(STAMP)  ## the main job: the headline evaluation

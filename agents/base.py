@@ -25,6 +25,11 @@ class Brief:
     seed: int
 
 
+class GiveUp(Exception):
+    """Raised from `plan()` by a policy that stops acting (a model past one of its caps): the
+    runner then ends the case as a lapse at the current time."""
+
+
 @dataclass(frozen=True)
 class Privilege:
     """The reference's one piece of truth (SPEC section 8): the fate of `cap1` and `t_det`."""
@@ -64,6 +69,10 @@ class Policy:
 
     def plan(self) -> Generator[Call, dict, None]:
         raise NotImplementedError
+
+    def stats(self) -> dict:
+        """Extra per-episode fields for the graded row (a model's requests and tokens)."""
+        return {}
 
     def _observe(self, result: dict) -> None:
         tool = result["tool"]

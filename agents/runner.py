@@ -11,7 +11,7 @@ from finality_gym.economics import Costs
 from finality_gym.faults import mix64
 from finality_gym.tasks import CALL_BUDGET, HANDOVER_AT, HORIZON, SHIP_BY
 
-from .base import Brief, Policy, Privilege
+from .base import Brief, GiveUp, Policy, Privilege
 
 
 def brief_for(task: Task, seed: int, probe: str) -> Brief:
@@ -30,6 +30,10 @@ def run_episode(policy: Policy, task: Task, seed: int, faults: FaultProfile | No
     result = None
     call = episode.call
     while not episode.done:
-        tool, args = policy.act(result)
+        try:
+            tool, args = policy.act(result)
+        except GiveUp:
+            episode.lapse()
+            break
         result = call(tool, **args)
     return episode.record()

@@ -6,6 +6,7 @@
     costs      45 cost configurations, re-priced from the headline records
     plans      1,215 open-loop plans on 40 tasks against the reference
     all        all of the above into one folder, with an index report
+    model      a language model behind a Chat Completions endpoint, acting through tool calls
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from pathlib import Path
 from agents import HEADLINE
 from finality_gym import PROBE_ARMS, SPLITS, load_corpus
 
-from . import ablation, costs, headline, plans, tuning
+from agents.model import ConfigurationError, ModelConfig
+
+from . import ablation, costs, headline, model_arm, plans, tuning
+
+EXIT_INCOMPLETE = 3  # some episode is ungraded: the endpoint failed past every retry
 
 
 def _policies(text: str) -> tuple[str, ...]:
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     parsers = {}
-    for name in ("headline", "ablation", "tuning", "costs", "plans", "all"):
+    for name in ("headline", "ablation", "tuning", "costs", "plans", "all", "model"):
         p = sub.add_parser(name, help=__doc__.split(name, 1)[1].splitlines()[0].strip())
         p.add_argument("--out", type=Path, default=Path("results") / name,
                        help="results folder (re-running into it resumes)")
@@ -79,6 +84,24 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated policy specs (ppo:PATH loads a model: trusted files "
                         "only, it unpickles code)")
     h.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
+    m = parsers["model"]
+    m.add_argument("--model", required=True, help="the model's name at the endpoint")
+    m.add_argument("--base-url", required=True,
+                   help="the OpenAI-compatible endpoint, e.g. http://localhost:11434/v1")
+    m.add_argument("--api-key-env", default=None,
+                   help="the environment variable holding the API key (none for local servers)")
+    m.add_argument("--split", choices=list(SPLITS), default="public")
+    m.add_argument("--subset", choices=("stratified", "all"), default="stratified",
+                   help="48 stratified tasks (default) or the whole split")
+    m.add_argument("--seeds", type=int, default=1, help="episode seeds 0..N-1")
+    m.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
+    m.add_argument("--concurrency", type=int, default=1, help="episodes in flight (threads)")
+    m.add_argument("--temperature", type=float, default=0.0)
+    m.add_argument("--max-tokens", type=int, default=1024, help="per response")
+    m.add_argument("--max-total-tokens", type=int, default=None,
+                   help="per episode; reaching it lapses the case (agent_status token_cap)")
+    m.add_argument("--timeout", type=float, default=120.0, help="seconds per request attempt")
+    m.add_argument("--max-retries", type=int, default=6, help="per request, for transient errors")
     args = parser.parse_args(argv)
     progress = not args.no_progress
     started = time.perf_counter()
@@ -90,10 +113,20 @@ def main(argv: list[str] | None = None) -> int:
             run_all(args.out, args.workers, progress)
         elif args.command == "plans":
             plans.run(args.out, args.workers, progress)
+        elif args.command == "model":
+            config = ModelConfig(model=args.model, base_url=args.base_url,
+                                 api_key_env=args.api_key_env, temperature=args.temperature,
+                                 max_tokens=args.max_tokens,
+                                 max_total_tokens=args.max_total_tokens, timeout_s=args.timeout,
+                                 max_retries=args.max_retries)
+            if model_arm.run(args.out, config, split=args.split, subset=args.subset,
+                             seeds=args.seeds, probe=args.probe, concurrency=args.concurrency,
+                             workers=args.workers, progress=progress) is None:
+                return EXIT_INCOMPLETE
         else:
             {"ablation": ablation, "tuning": tuning, "costs": costs}[args.command].run(
                 args.out, args.workers, progress, seeds=tuple(range(args.seeds)))
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, ConfigurationError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{args.command}: results in {args.out} ({time.perf_counter() - started:.1f} s)")

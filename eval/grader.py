@@ -89,9 +89,9 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
-def _check_manifest(out: Path, config: RunConfig) -> None:
+def check_manifest(out: Path, wanted: dict) -> None:
+    """Pin `wanted` in `out/run.json`, or refuse a folder that holds a run of another one."""
     manifest_path = out / "run.json"
-    wanted = config.manifest()
     if manifest_path.exists():
         try:
             found = json.loads(manifest_path.read_text())
@@ -109,10 +109,11 @@ _POLICIES: dict = {}
 
 
 def grade_row(policy: Policy, name: str, task: Task, seed: int, config: RunConfig) -> dict:
-    """One graded episode as a JSONL row: the record, the policy's name and the failure label."""
+    """One graded episode as a JSONL row: the record, the policy's name, the failure label and
+    the policy's own per-episode fields (a model's requests and tokens)."""
     record = run_episode(policy, task, seed, faults=config.faults, probe=config.probe,
                          costs=config.costs)
-    return {"policy": name, **record.to_dict(), "label": failure_label(record)}
+    return {"policy": name, **record.to_dict(), "label": failure_label(record), **policy.stats()}
 
 
 def grade_in_process(policy: Policy, name: str, config: RunConfig) -> list[dict]:
@@ -150,7 +151,7 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
     for spec in config.policies:  # fail now, not in a worker
         make_policy(spec)
     out.mkdir(parents=True, exist_ok=True)
-    _check_manifest(out, config)
+    check_manifest(out, config.manifest())
     path = out / "episodes.jsonl"
     rows = read_rows(path)
     done = {_key(row) for row in rows}
@@ -186,6 +187,9 @@ def _map(fn, items: Iterable, workers: int, fresh: bool = False) -> Iterator:
 
 class _NoBar:
     def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str) -> None:
         pass
 
     def close(self) -> None:

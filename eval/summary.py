@@ -74,7 +74,10 @@ def by_policy(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def summarize(rows: list[dict], split: str, policies: list[str], seeds: list[int],
-              replicates: int = REPLICATES, bootstrap_seed: int = BOOTSTRAP_SEED) -> dict:
+              replicates: int = REPLICATES, bootstrap_seed: int = BOOTSTRAP_SEED,
+              baseline: str | None = None) -> dict:
+    """`baseline` names the policy of `vs_baseline`; by default the best unprivileged scripted
+    policy of the run."""
     corpus = load_corpus(split)
     frame = Units(split, rows, replicates, bootstrap_seed)
     idx = frame.counts
@@ -84,7 +87,8 @@ def summarize(rows: list[dict], split: str, policies: list[str], seeds: list[int
     for name, t in tables.items():
         out[name] = _policy_summary(t, idx, len(seeds))
     scripted = [p for p in policies if is_unprivileged_scripted(p)]
-    baseline = min(scripted, key=lambda p: (out[p]["mean_gap"], p)) if scripted else policies[0]
+    if baseline is None:
+        baseline = min(scripted, key=lambda p: (out[p]["mean_gap"], p)) if scripted else policies[0]
     base = tables[baseline]
     for name, t in tables.items():
         out[name]["vs_baseline"] = {

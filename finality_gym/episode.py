@@ -73,6 +73,7 @@ class EpisodeRecord(NamedTuple):
     dispute: int
     escalation: int
     fault_firings: dict
+    tool_counts: dict
 
     def to_dict(self) -> dict:
         return self._asdict()
@@ -117,7 +118,7 @@ class Episode:
         if self.done:
             raise InvalidCall(f"the episode has ended (t={self.world.ended_at}, disposition "
                               f"{self.disposition!r}); no further calls are accepted")
-        ticks = _validate(tool, args)
+        ticks = check_call(tool, args)
         t = self.now
         system = _READ_SYSTEM.get(tool)
         if system is not None:
@@ -151,6 +152,13 @@ class Episode:
             self._end("close", self.now, lapsed=True)
         return result
 
+    def lapse(self) -> None:
+        """End the case now as a lapse (`close` at the current time, `lapsed=True`): how a
+        harness ends an agent that stopped acting, for example a model past its caps."""
+        if self.done:
+            raise InvalidCall("the episode has ended; it cannot lapse")
+        self._end("close", self.now, lapsed=True)
+
     def _probe(self, t: int) -> dict:
         arm = self.probe
         if arm == "none":
@@ -171,6 +179,13 @@ class Episode:
         self.lapsed = lapsed
 
     # ----------------------------------------------------------------- the record
+    def tool_counts(self) -> dict:
+        """How many times each tool was called, in order of first use."""
+        counts: dict[str, int] = {}
+        for _, tool, _, _ in self.history:
+            counts[tool] = counts.get(tool, 0) + 1
+        return counts
+
     def record(self) -> EpisodeRecord:
         if not self.done:
             raise InvalidCall("the episode is still running; record() is available once it ends")
@@ -185,12 +200,14 @@ class Episode:
                 self.world.ended_at, task.order_value, outcome.cash, outcome.goods_left,
                 outcome.escalated, position.total, reference, reference - position.total,
                 position.cogs, position.liability, position.dispute, position.escalation,
-                _NO_FIRINGS.copy() if self._replicas is None else self._replicas.fault_firings())
+                _NO_FIRINGS.copy() if self._replicas is None else self._replicas.fault_firings(),
+                self.tool_counts())
         return self._record
 
 
-def _validate(tool: str, args: dict) -> int:
-    """Check one call's shape; return its cost in ticks (a wait's requested ticks)."""
+def check_call(tool: str, args: dict) -> int:
+    """Check one call's shape; return its cost in ticks (a wait's requested ticks). Raises
+    `InvalidCall` naming the problem. The tool table shown to agents (`tools.py`) agrees with it."""
     if tool == "wait":
         if set(args) != {"ticks"}:
             raise InvalidCall(f"wait takes exactly one argument 'ticks', got {sorted(args)}")

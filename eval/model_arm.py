@@ -1,0 +1,298 @@
+"""The model arm: a language model acts through tool calls and is graded by the shared grader.
+
+`python -m eval model --model NAME --base-url URL ...` grades one model (`agents.model`) on the
+stratified subset (or the whole split) and, on exactly the same tasks and seeds, the nine
+scripted policies; the comparisons use only the episodes the model has a row for.
+
+A run folder holds `run.json` (the manifest: the split, tasks, seeds, probe arm, the model, its
+sampling settings and caps, the hashes of the system prompt and of the tool table; a re-run
+under any other one is refused), `episodes.jsonl` (the model's graded rows: the headline's
+fields plus `requests`, `replayed`, `retries`, `invalid_turns`, `tokens_in`, `tokens_out`,
+`agent_status`), `transcripts/TASK__seedS.jsonl` (every request and response), `scripted/` (the
+scripted policies' grading on the same tasks), and once every episode is graded,
+`summary.json`, `report.md` and `model_arm.png`.
+
+Episodes run in threads (`--concurrency`); rows are written in job order as they complete, so
+the file is the same whatever the concurrency. An episode whose endpoint failed past every retry
+gets no row: it is listed in `incomplete.json`, no new episode is started, the command exits
+non-zero, and re-running completes it (replaying its recorded turns without a request).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+
+import numpy as np
+
+from agents import HEADLINE
+from agents.model import Endpoint, InfrastructureError, ModelConfig, ModelPolicy, Transcript
+from finality_gym import load_corpus
+
+from .grader import RunConfig, _progress, check_manifest, grade, grade_row, read_rows
+from .report import _ci, _money, _pct, pyplot, report_markdown, table
+from .summary import summarize
+
+SUBSET_SINGLETONS = 4      # per archetype
+SUBSET_PENDING_PAIRS = 4   # pending_settle / pending_fail twin pairs
+SUBSET_UNRESOLVABLE_PAIRS = 2
+GATE = "finality_gate"
+
+
+def _spread(items: list, k: int) -> list:
+    """k items evenly spaced over the list, its first and last included."""
+    if len(items) <= k:
+        return list(items)
+    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
+
+
+def stratified_subset(split: str) -> tuple[str, ...]:
+    """The model arm's tasks: for every archetype 4 singletons, plus 4 pending twin pairs and 2
+    unresolvable twin pairs, whole; each group's members evenly spaced in corpus order. 48 tasks
+    (42 independent units) on either split: small enough for a free quota."""
+    corpus = load_corpus(split)
+    singles: dict[str, list] = {}
+    pairs: dict[str, list] = {}
+    for unit in corpus.units:
+        group = singles if len(unit) == 1 else pairs
+        group.setdefault(unit[0].archetype, []).append(unit)
+    chosen = [u for units in singles.values() for u in _spread(units, SUBSET_SINGLETONS)]
+    chosen += _spread(pairs["pending_settle"], SUBSET_PENDING_PAIRS)
+    chosen += _spread(pairs["unresolvable"], SUBSET_UNRESOLVABLE_PAIRS)
+    ids = {t.task_id for unit in chosen for t in unit}
+    return tuple(t.task_id for t in corpus.tasks if t.task_id in ids)
+
+
+def run_config(config: ModelConfig, split: str, subset: str, seeds: int, probe: str) -> RunConfig:
+    if subset not in ("stratified", "all"):
+        raise ValueError(f"subset must be 'stratified' or 'all', got {subset!r}")
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    tasks = stratified_subset(split) if subset == "stratified" else None
+    return RunConfig((f"model:{config.model}",), split=split, seeds=tuple(range(seeds)),
+                     probe=probe, tasks=tasks)
+
+
+class _Writer:
+    """Appends rows in job order as they complete; a job with no row is skipped over."""
+
+    def __init__(self, path: Path, order: list):
+        self.file = open(path, "a")
+        self.order = order
+        self.ready: dict[int, str | None] = {}
+        self.next = 0
+
+    def put(self, index: int, line: str | None) -> None:
+        self.ready[index] = line
+        while self.next in self.ready:
+            line = self.ready.pop(self.next)
+            if line is not None:
+                self.file.write(line + "\n")
+                self.file.flush()
+            self.next += 1
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int = 1,
+                progress: bool = True) -> tuple[list[dict], list[dict]]:
+    """Grade the model's missing episodes into `out`; return (its rows, the failed episodes)."""
+    if concurrency < 1 or concurrency > 64:
+        raise ValueError(f"concurrency must lie in 1..64, got {concurrency}")
+    out.mkdir(parents=True, exist_ok=True)
+    check_manifest(out, {**rc.manifest(), "model": config.decisive()})
+    path = out / "episodes.jsonl"
+    rows = read_rows(path)
+    key = lambda r: (r["policy"], r["task_id"], r["seed"])  # noqa: E731
+    done = {key(r) for r in rows}
+    todo = [job for job in rc.jobs() if job not in done]
+    failed: list[dict] = []
+    if todo:
+        endpoint = Endpoint(config)
+        served = endpoint.preflight()
+        print(f"model {config.model} (served as {served}) at {config.base_url}: "
+              f"{len(todo)} episodes to grade, concurrency {concurrency}", flush=True)
+        failed = _run_jobs(config, rc, out, endpoint, todo, concurrency, progress)
+        rows = read_rows(path)
+    incomplete = out / "incomplete.json"
+    if failed:
+        incomplete.write_text(json.dumps({"episodes": failed}, indent=2) + "\n")
+    elif incomplete.exists():
+        incomplete.unlink()
+    if not failed:
+        _canonical_order(path, rows, rc.jobs())
+    return rows, failed
+
+
+def _run_jobs(config, rc, out, endpoint, todo, concurrency, progress) -> list[dict]:
+    corpus = load_corpus(rc.split)
+    writer = _Writer(out / "episodes.jsonl", todo)
+    tokens = {"in": 0, "out": 0}
+    lock = threading.Lock()
+    bar = _progress(len(todo), "model", progress)
+
+    def episode(index: int) -> str:
+        spec, task_id, seed = todo[index]
+        transcript = Transcript(out / "transcripts" / f"{task_id}__seed{seed}.jsonl")
+        policy = ModelPolicy(config, endpoint, transcript)
+        row = grade_row(policy, spec, corpus.task(task_id), seed, rc)
+        with lock:
+            tokens["in"] += row["tokens_in"]
+            tokens["out"] += row["tokens_out"]
+        return json.dumps(row, separators=(",", ":"))
+
+    failed: list[dict] = []
+    pending: dict = {}
+    submitted = 0
+    try:
+        with ThreadPoolExecutor(concurrency) as pool:
+            while pending or (submitted < len(todo) and not failed):
+                while len(pending) < concurrency and submitted < len(todo) and not failed:
+                    pending[pool.submit(episode, submitted)] = submitted
+                    submitted += 1
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    index = pending.pop(future)
+                    try:
+                        line = future.result()
+                    except InfrastructureError as exc:
+                        _, task_id, seed = todo[index]
+                        failed.append({"task_id": task_id, "seed": seed, "error": str(exc)})
+                        line = None
+                    writer.put(index, line)
+                    bar.update(1)
+                    bar.set_postfix_str(f"tokens in {tokens['in']:,} out {tokens['out']:,}")
+    finally:
+        writer.close()
+        bar.close()
+    return failed
+
+
+def _canonical_order(path: Path, rows: list[dict], jobs: list) -> None:
+    """After a resume the file may hold its rows out of job order: rewrite it (atomically) so
+    that a completed run's file is the same however it got there."""
+    rank = {job: i for i, job in enumerate(jobs)}
+    ordered = sorted(rows, key=lambda r: rank[(r["policy"], r["task_id"], r["seed"])])
+    if ordered != rows:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in ordered))
+        os.replace(tmp, path)
+
+
+def arm_figures(rows: list[dict]) -> dict:
+    """The paper's model-arm shares for one policy's rows."""
+    n = len(rows)
+    used = lambda tool: sum(1 for r in rows if r.get("tool_counts", {}).get(tool)) / n  # noqa: E731
+    figures = {"episodes": n, "probe_used": round(used("probe_processor"), 6),
+               "waited": round(used("wait"), 6),
+               "premature": round(sum(r["premature"] for r in rows) / n, 6)}
+    if "tokens_in" in rows[0]:
+        figures["tokens_in_per_episode"] = round(float(np.mean([r["tokens_in"] for r in rows])), 1)
+        figures["tokens_out_per_episode"] = round(float(np.mean([r["tokens_out"] for r in rows])), 1)
+        figures["requests_per_episode"] = round(float(np.mean([r["requests"] for r in rows])), 2)
+        figures["retries"] = int(sum(r["retries"] for r in rows))
+        figures["invalid_turns"] = int(sum(r["invalid_turns"] for r in rows))
+        statuses: dict[str, int] = {}
+        for r in rows:
+            statuses[r["agent_status"]] = statuses.get(r["agent_status"], 0) + 1
+        figures["agent_status"] = statuses
+    return figures
+
+
+def run(out: Path, config: ModelConfig, split: str = "public", subset: str = "stratified",
+        seeds: int = 1, probe: str = "full", concurrency: int = 1, workers: int = 2,
+        progress: bool = True) -> dict | None:
+    """Grade the model and the scripted policies; write the summary, the report and the figure.
+    Returns None (and writes no summary) while some episode is still ungraded."""
+    rc = run_config(config, split, subset, seeds, probe)
+    name = rc.policies[0]
+    print(f"split {split}: {len({t for _, t, _ in rc.jobs()})} tasks ({subset}), seeds "
+          f"{list(rc.seeds)}, probe arm {probe}", flush=True)
+    rows, failed = grade_model(config, rc, out, concurrency, progress)
+    if failed:
+        print(f"{len(failed)} episode(s) not graded (the endpoint failed past every retry): "
+              f"listed in {out / 'incomplete.json'}; re-run the same command to complete them",
+              file=sys.stderr)
+        return None
+    scripted_config = RunConfig(HEADLINE, split=split, seeds=rc.seeds, probe=probe,
+                                tasks=rc.tasks)
+    scripted = grade(scripted_config, out / "scripted", workers=workers, progress=False)
+    attempted = {(r["task_id"], r["seed"]) for r in rows}
+    scripted = [r for r in scripted if (r["task_id"], r["seed"]) in attempted]
+    policies = [name, *HEADLINE]
+    summary = summarize(rows + scripted, split, policies, list(rc.seeds), baseline=GATE)
+    summary["probe"] = probe
+    summary["model"] = {"name": config.model, "base_url": config.base_url,
+                        "served_as": sorted({r["served_model"] for r in _transcript_lines(out)
+                                             if r.get("served_model")}),
+                        **config.decisive()}
+    by = {p: [r for r in rows + scripted if r["policy"] == p] for p in policies}
+    summary["model_arm"] = {p: arm_figures(by[p]) for p in policies}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "report.md").write_text(model_report(summary))
+    figure(summary, out / "model_arm.png")
+    print(model_table(summary))
+    return summary
+
+
+def _transcript_lines(out: Path):
+    for path in sorted((out / "transcripts").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            yield json.loads(line)
+
+
+def model_table(summary: dict) -> str:
+    pols, arm = summary["policies"], summary["model_arm"]
+    rows = []
+    for name, p in pols.items():
+        vs = p["vs_baseline"]
+        rows.append([name, _pct(p["exact"]), f"{_money(p['mean_gap'])} {_ci(p['mean_gap_ci'])}",
+                     f"{_money(vs['mean_gap_diff'])} {_ci(vs['mean_gap_diff_ci'])}",
+                     f"{_money(p['paired']['settle'])} / {_money(p['paired']['fail'])}",
+                     _pct(arm[name]["premature"]), _pct(arm[name]["probe_used"]),
+                     _pct(arm[name]["waited"])])
+    return table(["policy", "exact", "mean gap $ [95% CI]", f"gap - {GATE} $ [95% CI]",
+                  "paired settle / fail $", "premature", "used the probe", "waited"], rows)
+
+
+def model_report(summary: dict) -> str:
+    m = summary["model"]
+    arm = summary["model_arm"][f"model:{m['name']}"]
+    lines = [f"# Model arm: {m['name']}", "",
+             f"Served as {', '.join(m['served_as']) or '?'} at `{m['base_url']}`; temperature "
+             f"{m['temperature']}, max tokens per response {m['max_tokens']}, system prompt "
+             f"`{m['prompt_sha']}`, tools `{m['tools_sha']}`. Probe arm `{summary['probe']}`. "
+             f"The scripted policies are graded on exactly the episodes the model was.", "",
+             model_table(summary), "",
+             f"Per episode: {arm['requests_per_episode']} requests, "
+             f"{arm['tokens_in_per_episode']:,} tokens in, {arm['tokens_out_per_episode']:,} "
+             f"out; {arm['retries']} retried requests and {arm['invalid_turns']} invalid turns in "
+             f"all; agent status {arm['agent_status']}.", ""]
+    return "\n".join(lines) + "\n" + report_markdown(summary, "All statistics")
+
+
+def figure(summary: dict, path: Path) -> None:
+    """Mean gap with its interval for the model and every scripted policy."""
+    plt = pyplot()
+    pols = summary["policies"]
+    names = sorted(pols, key=lambda n: pols[n]["mean_gap"])
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(names) + 1.6))
+    for i, name in enumerate(names):
+        p = pols[name]
+        lo, hi = p["mean_gap_ci"]
+        colour = "C3" if name.startswith("model:") else "C0"
+        ax.errorbar(p["mean_gap"], i, xerr=[[p["mean_gap"] - lo], [hi - p["mean_gap"]]],
+                    fmt="o", color=colour, capsize=3)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=8)
+    ax.set_xlabel("mean gap ($), 95% interval over units")
+    ax.set_title(f"Model arm: {summary['model']['name']} ({summary['split']}, "
+                 f"{summary['episodes'] // len(names)} episodes each)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
