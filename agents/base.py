@@ -13,8 +13,8 @@ Call = tuple[str, dict]
 @dataclass(frozen=True)
 class Brief:
     """What the agent is told when the case is handed over. `seed` seeds a randomized policy;
-    it derives from the task's fault key and the episode seed, so both halves of a twin pair
-    get the same one and it says nothing about the card's fate."""
+    it derives from the order value and the episode seed only (`runner.brief_for`), so both
+    halves of a twin pair get the same one and it identifies no task."""
 
     order_value: int
     handover_at: int
@@ -28,6 +28,11 @@ class Brief:
 class GiveUp(Exception):
     """Raised from `plan()` by a policy that stops acting (a model past one of its caps): the
     runner then ends the case as a lapse at the current time."""
+
+
+class PolicyError(ValueError):
+    """A policy failed: it raised, its plan ended before the case did, it timed out or broke
+    the protocol. The grader's message adds the policy, the task and the seed."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +66,14 @@ class Policy:
         raise PermissionError(f"{self.name} is not a privileged policy")
 
     def act(self, result: dict | None) -> Call:
-        if not self._started:
-            self._started = True
-            return next(self._plan)
-        self._observe(result)
-        return self._plan.send(result)
+        try:
+            if not self._started:
+                self._started = True
+                return next(self._plan)
+            self._observe(result)
+            return self._plan.send(result)
+        except StopIteration:
+            raise PolicyError("plan() returned before the case ended (no disposition)") from None
 
     def plan(self) -> Generator[Call, dict, None]:
         raise NotImplementedError

@@ -1,13 +1,15 @@
 """Every policy by name. A spec is a name (`sop`), a name with knobs
 (`sop:poll_interval=30,max_polls=6`), an open-loop plan (`plan:W1,RETRY,W2,TERMINAL`, for
-example `plan:60,original,120,ship`), or `ppo:PATH` for a saved stable-baselines3 model, sampled
-with a per-episode seed (`ppo-greedy:PATH`: its most likely actions). Loading a model unpickles
-code: load only files you trust."""
+example `plan:60,original,120,ship`), `ppo:PATH` for a saved stable-baselines3 model, sampled
+with a per-episode seed (`ppo-greedy:PATH`: its most likely actions; loading a model unpickles
+code: load only files you trust), or a policy from outside the project, `FILE.py:CLASS` or
+`MODULE:CLASS`, graded in its own process (`agents/external.py`)."""
 
 from __future__ import annotations
 
 from . import scripted
 from .base import Policy
+from .external import ExternalPolicy, is_external
 
 _CLASSES = {cls.name: cls for cls in (
     scripted.RandomPolicy, scripted.Optimistic, scripted.Eager, scripted.MajorityVote,
@@ -25,7 +27,27 @@ def is_unprivileged_scripted(spec: str) -> bool:
     return cls is not None and not cls.privileged
 
 
+_BUILTIN = (*_CLASSES, "plan", "ppo", "ppo-greedy")
+
+
+def split_specs(text: str) -> tuple[str, ...]:
+    """A comma-separated list of specs, where a spec's own arguments may hold commas
+    (`sop:poll_interval=30,max_polls=6`, `plan:60,original,120,ship`): a piece that does not
+    start a spec (a built-in name, or a file or module with `:CLASS`) continues the last one."""
+    specs: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if specs and not (piece.partition(":")[0] in _BUILTIN or is_external(piece)):
+            specs[-1] += "," + piece
+        else:
+            specs.append(piece)
+    return tuple(specs)
+
+
 def make_policy(spec: str) -> Policy:
+    if is_external(spec):
+        return ExternalPolicy(spec)
     name, _, rest = spec.partition(":")
     if name in ("ppo", "ppo-greedy"):
         if not rest:
@@ -38,7 +60,9 @@ def make_policy(spec: str) -> Policy:
             raise ValueError(f"bad plan {spec!r}; expected plan:W1,RETRY,W2,TERMINAL")
         return scripted.OpenLoopPlan(int(parts[0]), parts[1], int(parts[2]), parts[3])
     if name not in _CLASSES:
-        raise ValueError(f"unknown policy {spec!r}; valid: {', '.join(_CLASSES)}, plan:W1,RETRY,W2,TERMINAL, ppo:PATH, ppo-greedy:PATH")
+        raise ValueError(f"unknown policy {spec!r}; valid: {', '.join(_CLASSES)}, "
+                         "plan:W1,RETRY,W2,TERMINAL, ppo:PATH, ppo-greedy:PATH, FILE.py:CLASS, "
+                         "MODULE:CLASS")
     if not rest:
         return _CLASSES[name]()
     if name != "sop":

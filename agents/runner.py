@@ -14,11 +14,18 @@ from finality_gym.tasks import CALL_BUDGET, HANDOVER_AT, HORIZON, SHIP_BY
 from .base import Brief, GiveUp, Policy, Privilege
 
 
+_SAMPLER_SALT = 0x6A09E667F3BCC909
+
+
 def brief_for(task: Task, seed: int, probe: str) -> Brief:
-    """The case brief: no archetype, no fate, no t_det; identical for the halves of a twin pair."""
+    """The case brief: no task id, archetype, fate or t_det. Its sampler seed is a function of
+    what the brief already says (the order value) and the episode seed alone, so it is the same
+    for both halves of a twin pair and no policy can map it back to a task: the corpus ships with
+    the package, so a seed derived from anything task-specific (the fault key, say) would name
+    the task to a policy that recomputes it for every task."""
     return Brief(order_value=task.order_value, handover_at=HANDOVER_AT, ship_by=SHIP_BY,
                  horizon=HORIZON, budget=CALL_BUDGET, probe=probe,
-                 seed=mix64(task.fault_key ^ seed) & 0x7FFFFFFF)
+                 seed=mix64(_SAMPLER_SALT ^ (task.order_value << 20) ^ seed) & 0x7FFFFFFF)
 
 
 def run_episode(policy: Policy, task: Task, seed: int, faults: FaultProfile | None = None,

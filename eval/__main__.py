@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 
 from agents import HEADLINE
+from agents.registry import split_specs
 from finality_gym import PROBE_ARMS, SPLITS, load_corpus
+from finality_gym.corpus import PRIVATE
 
 from agents.model import ConfigurationError, ModelConfig
 
@@ -26,8 +28,6 @@ from . import ablation, costs, headline, model_arm, plans, tuning
 EXIT_INCOMPLETE = 3  # some episode is ungraded: the endpoint failed past every retry
 
 
-def _policies(text: str) -> tuple[str, ...]:
-    return tuple(p for p in (s.strip() for s in text.split(",")) if p)
 
 
 def run_all(out: Path, workers: int, progress: bool) -> None:
@@ -78,11 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("ablation", "tuning", "costs"):
         parsers[name].add_argument("--seeds", type=int, default=5, help="episode seeds 0..N-1")
     h = parsers["headline"]
-    h.add_argument("--split", choices=list(SPLITS), default="public")
+    h.add_argument("--split", choices=[*SPLITS, PRIVATE], default="public",
+                   help="private: generated from --master-seed (for leaderboard operators)")
+    h.add_argument("--master-seed", type=int, default=None,
+                   help="the private split's master seed: only its fingerprint is printed and "
+                        "written, never the seed")
     h.add_argument("--seeds", type=int, default=5, help="episode seeds 0..N-1")
-    h.add_argument("--policies", type=_policies, default=HEADLINE,
-                   help="comma-separated policy specs (ppo:PATH loads a model: trusted files "
-                        "only, it unpickles code)")
+    h.add_argument("--policies", type=split_specs, action="extend", default=None,
+                   help="policy specs, comma-separated or repeated (default: the nine): names, "
+                        "sop:poll_interval=30,max_polls=6, plan:60,original,120,ship, ppo:PATH "
+                        "(a model: trusted files only, it unpickles code), FILE.py:CLASS or "
+                        "MODULE:CLASS (your own Policy, graded in its own process)")
     h.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
     m = parsers["model"]
     m.add_argument("--model", required=True, help="the model's name at the endpoint")
@@ -108,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "headline":
             headline.run(args.out, args.workers, progress, split=args.split, seeds=args.seeds,
-                         policies=args.policies, probe=args.probe)
+                         policies=tuple(args.policies or HEADLINE), probe=args.probe,
+                         master_seed=args.master_seed)
         elif args.command == "all":
             run_all(args.out, args.workers, progress)
         elif args.command == "plans":
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             {"ablation": ablation, "tuning": tuning, "costs": costs}[args.command].run(
                 args.out, args.workers, progress, seeds=tuple(range(args.seeds)))
-    except (ValueError, FileNotFoundError, ConfigurationError, ImportError) as exc:
+    except (ValueError, OSError, ConfigurationError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{args.command}: results in {args.out} ({time.perf_counter() - started:.1f} s)")

@@ -11,22 +11,29 @@ serial one.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import hashlib
 import json
 import multiprocessing
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from agents import Policy, make_policy, run_episode
+from agents.base import PolicyError
+from agents.external import ExternalPolicy, code_identity, is_external
 from finality_gym import FaultProfile, Task, load_corpus
+from finality_gym.corpus import PRIVATE, use_private
 from finality_gym.economics import DEFAULT_COSTS, Costs
 from finality_gym.episode import PROBE_ARMS
 
 from .labels import failure_label
 
 CHUNK = 128  # episodes per unit of parallel work
+MAX_SEEDS = 100  # pass^k is reported for every k up to the seeds: beyond 100 it says nothing new
 
 
 @dataclass(frozen=True)
@@ -40,14 +47,25 @@ class RunConfig:
     faults: FaultProfile = field(default_factory=FaultProfile)
     costs: Costs = DEFAULT_COSTS
     tasks: tuple[str, ...] | None = None  # a subset of task ids; None: the whole split
+    # The private split's master seed: held in memory, never written (the manifest pins the
+    # corpus by its fingerprint).
+    master_seed: int | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if (self.split == PRIVATE) != (self.master_seed is not None):
+            raise ValueError("the private split and a master seed go together: give both "
+                             "--split private and --master-seed, or neither")
+        if self.master_seed is not None:
+            use_private(self.master_seed)
         if not self.policies:
             raise ValueError("policies: name at least one policy")
         if len(set(self.policies)) != len(self.policies):
             raise ValueError(f"policies: duplicates in {self.policies}")
         if not self.seeds or any(type(s) is not int or s < 0 for s in self.seeds):
             raise ValueError(f"seeds: must be non-negative ints, got {self.seeds}")
+        if len(self.seeds) > MAX_SEEDS:
+            raise ValueError(f"seeds: at most {MAX_SEEDS} (a run holds policies x tasks x seeds "
+                             f"episodes, and pass^k needs no more), got {len(self.seeds)}")
         if self.probe not in PROBE_ARMS:
             raise ValueError(f"probe: unknown arm {self.probe!r}; valid: {', '.join(PROBE_ARMS)}")
         corpus = load_corpus(self.split)  # raises on an unknown split
@@ -70,10 +88,40 @@ def _key(row: dict) -> tuple[str, str, int]:
     return row["policy"], row["task_id"], row["seed"]
 
 
+def _digest(row: dict) -> str:
+    body = json.dumps(row, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def seal(row: dict) -> str:
+    """A row as its JSONL line, with `check`: the first 16 hex digits of the SHA-256 of the
+    row's canonical JSON. It catches a row edited by hand or written by something else; it is a
+    checksum, not a signature (the code that computes it is public)."""
+    return json.dumps({**row, "check": _digest(row)}, separators=(",", ":"))
+
+
+def _verified(row, path: Path, number: int) -> dict:
+    if not isinstance(row, dict) or not isinstance(row.get("check"), str):
+        raise ValueError(f"{path}:{number} is not a graded episode (no checksum): the file was "
+                         "edited or is not this grader's; move it away to start afresh")
+    check = row.pop("check")
+    if _digest(row) != check or not all(isinstance(row.get(k), t)
+                                         for k, t in _ROW_TYPES.items()):
+        raise ValueError(f"{path}:{number} fails its checksum: the row was edited; move the "
+                         "file away to start afresh")
+    return row
+
+
+_ROW_TYPES = {"policy": str, "task_id": str, "seed": int, "gap": int, "position": int}
+
+
 def read_rows(path: Path) -> list[dict]:
-    """The complete lines of a JSONL file; a torn last line (a killed writer) is cut off."""
+    """The complete, verified rows of an episodes file; a torn last line (a killed writer) is
+    cut off. A line that is not JSON, or a row that fails its checksum, is a clear error."""
     if not path.exists():
         return []
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file")
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
     if end < len(data):
@@ -82,27 +130,90 @@ def read_rows(path: Path) -> list[dict]:
     rows = []
     for number, line in enumerate(data[:end].splitlines(), 1):
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{number} is not a JSON record ({exc}); the file is "
                              "corrupt: move it away to start the run afresh") from None
+        rows.append(_verified(row, path, number))
     return rows
 
 
-def check_manifest(out: Path, wanted: dict) -> None:
-    """Pin `wanted` in `out/run.json`, or refuse a folder that holds a run of another one."""
+def prepare_out(out: Path) -> None:
+    """A usable results folder, or a one-line error that names it."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {out} cannot be created: {exc.strerror}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out} is not writable")
+
+
+@contextmanager
+def writer_lock(out: Path):
+    """Hold `out/.lock` for the run: a second writer on the same folder is refused at once
+    instead of both appending every episode."""
+    path = out / ".lock"
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise ValueError(f"{out} is being written by another run (process {holder}); wait for "
+                         "it to finish or use another --out folder") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def input_identity(spec: str) -> str | None:
+    """The content hash of what a spec loads from disk (a model file, an outside policy's
+    code), or None for the project's own policies."""
+    name, _, rest = spec.partition(":")
+    if name in ("ppo", "ppo-greedy"):
+        path = Path(rest)
+        if not path.is_file():
+            raise FileNotFoundError(f"no model file at {path}")
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    if is_external(spec):
+        return code_identity(spec)
+    return None
+
+
+def check_manifest(out: Path, wanted: dict, inputs: dict | None = None) -> None:
+    """Pin `wanted` in `out/run.json`, or refuse a folder that holds a run of another one.
+    `inputs` maps a policy spec to the hash of what it loads: a spec seen before with other
+    content is refused (its rows were graded from something else); new specs are added."""
     manifest_path = out / "run.json"
+    found_inputs: dict = {}
     if manifest_path.exists():
         try:
             found = json.loads(manifest_path.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"{manifest_path} is corrupt ({exc})") from None
+        found_inputs = found.pop("inputs", {})
         if found != wanted:
             diff = sorted(k for k in wanted if found.get(k) != wanted[k])
             raise ValueError(f"{out} holds a run with a different configuration ({', '.join(diff)}"
                              "); use another --out folder")
-    else:
-        manifest_path.write_text(json.dumps(wanted, indent=2) + "\n")
+        for spec, digest in (inputs or {}).items():
+            if spec in found_inputs and found_inputs[spec] != digest:
+                raise ValueError(f"{spec} has changed since its rows in {out} were graded (sha256 "
+                                 f"{found_inputs[spec][:12]} then, {digest[:12]} now); grade it "
+                                 "into another --out folder")
+    merged = {**found_inputs, **(inputs or {})}
+    if not manifest_path.exists() or merged != found_inputs:
+        manifest_path.write_text(json.dumps({**wanted, "inputs": merged} if merged else wanted,
+                                            indent=2) + "\n")
 
 
 _POLICIES: dict = {}
@@ -124,18 +235,31 @@ def grade_in_process(policy: Policy, name: str, config: RunConfig) -> list[dict]
             for _, task_id, seed in dataclasses.replace(config, policies=(name,)).jobs()]
 
 
-def _run_chunk(args: tuple) -> list[str]:
-    """One chunk of jobs, run in a worker; returns the JSON lines in job order."""
+def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
+    """One chunk of jobs, run in a worker: the sealed lines in job order, and the error that
+    stopped the chunk, if any (the lines before it stay good)."""
     config, jobs = args
+    if config.master_seed is not None:  # a worker started fresh does not have it yet
+        use_private(config.master_seed)
     corpus = load_corpus(config.split)
     lines = []
     for spec, task_id, seed in jobs:
-        policy = _POLICIES.get(spec)
-        if policy is None:
-            policy = _POLICIES[spec] = make_policy(spec)
-        row = grade_row(policy, spec, corpus.task(task_id), seed, config)
-        lines.append(json.dumps(row, separators=(",", ":")))
-    return lines
+        try:
+            policy = _POLICIES.get(spec)
+            if policy is None:
+                policy = _POLICIES[spec] = make_policy(spec)
+            row = grade_row(policy, spec, corpus.task(task_id), seed, config)
+        except Exception as exc:  # any failure of a policy, in its own words, located
+            return lines, (f"policy {spec!r} failed on task {task_id} seed {seed}: "
+                           f"{type(exc).__name__}: {exc}")
+        lines.append(seal(row))
+    return lines, None
+
+
+def _close_external() -> None:
+    """Outside policies get a fresh process for every run."""
+    for spec in [s for s, p in _POLICIES.items() if isinstance(p, ExternalPolicy)]:
+        _POLICIES.pop(spec).close()
 
 
 def _chunks(config: RunConfig, jobs: list) -> Iterator[tuple]:
@@ -143,31 +267,57 @@ def _chunks(config: RunConfig, jobs: list) -> Iterator[tuple]:
         yield config, jobs[i:i + CHUNK]
 
 
+MAX_WORKERS = 4 * (os.cpu_count() or 1)
+
+
 def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
           desc: str = "grading") -> list[dict]:
     """Run every missing job of `config` into `out/episodes.jsonl`; return the config's rows."""
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"workers must lie in 1..{MAX_WORKERS} (4 per core: more processes "
+                         f"than that only add overhead), got {workers}")
+    inputs = {spec: digest for spec in config.policies
+              if (digest := input_identity(spec)) is not None}
     for spec in config.policies:  # fail now, not in a worker
-        make_policy(spec)
-    out.mkdir(parents=True, exist_ok=True)
-    check_manifest(out, config.manifest())
+        policy = make_policy(spec)
+        if isinstance(policy, ExternalPolicy):
+            policy.close()
+    prepare_out(out)
+    with writer_lock(out):
+        check_manifest(out, config.manifest(), inputs)
+        return _grade_locked(config, out, workers, progress, desc)
+
+
+def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool,
+                  desc: str) -> list[dict]:
     path = out / "episodes.jsonl"
     rows = read_rows(path)
     done = {_key(row) for row in rows}
     todo = [job for job in config.jobs() if job not in done]
+    error = None
     if todo:
         bar = _progress(len(todo), desc, progress)
         with open(path, "a") as f:
             # A learned policy's torch may hold threads that a forked child would inherit
             # locked: such runs start their workers fresh.
             fresh = any(spec.startswith(("ppo:", "ppo-greedy:")) for spec in config.policies)
-            for lines in _map(_run_chunk, _chunks(config, todo), workers, fresh):
-                f.write("\n".join(lines) + "\n")
-                f.flush()
-                rows.extend(map(json.loads, lines))  # while the workers run the next chunks
-                bar.update(len(lines))
+            try:
+                for lines, error in _map(_run_chunk, _chunks(config, todo), workers, fresh):
+                    if lines:
+                        f.write("\n".join(lines) + "\n")
+                        f.flush()
+                        for line in lines:  # our own lines, sealed by the worker just now
+                            row = json.loads(line)
+                            del row["check"]
+                            rows.append(row)
+                        bar.update(len(lines))
+                    if error is not None:
+                        break
+            finally:
+                _close_external()
         bar.close()
+    if error is not None:
+        raise PolicyError(f"{error} (the {len(rows)} episodes recorded in {path} stay valid)")
     wanted = set(config.jobs())
     rows = [row for row in rows if _key(row) in wanted]
     if len(rows) != len(wanted):

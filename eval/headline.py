@@ -2,25 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from agents import HEADLINE
 from finality_gym import load_corpus
 
-from .grader import RunConfig, grade
+from .grader import RunConfig, grade, read_rows
 from .report import figure_exact_vs_pass, figure_paired, headline_table, report_markdown
 from .summary import summarize
 
 
+def recorded(config: RunConfig, out: Path) -> tuple[list[dict], list[str]]:
+    """Every policy graded into the folder (earlier runs' too, same manifest), so that the
+    summary and the report always cover the whole folder; a policy with only part of the
+    episodes (an interrupted earlier run) is left out, and said so."""
+    jobs = {(t, s) for _, t, s in dataclasses.replace(config, policies=("-",)).jobs()}
+    grouped: dict[str, list[dict]] = {}
+    for row in read_rows(out / "episodes.jsonl"):
+        grouped.setdefault(row["policy"], []).append(row)
+    complete = [p for p, rs in grouped.items() if {(r["task_id"], r["seed"]) for r in rs} == jobs
+                and len(rs) == len(jobs)]
+    for policy in grouped.keys() - set(complete):
+        print(f"note: {policy} has {len(grouped[policy])} of {len(jobs)} episodes in {out}; "
+              "left out of the summary (re-run with it to complete it)", flush=True)
+    return [r for p in complete for r in grouped[p]], complete
+
+
 def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public",
-        seeds: int = 5, policies: tuple[str, ...] = HEADLINE, probe: str = "full") -> dict:
-    config = RunConfig(policies=policies, split=split, seeds=tuple(range(seeds)), probe=probe)
+        seeds: int = 5, policies: tuple[str, ...] = HEADLINE, probe: str = "full",
+        master_seed: int | None = None) -> dict:
+    config = RunConfig(policies=policies, split=split, seeds=tuple(range(seeds)), probe=probe,
+                       master_seed=master_seed)
     corpus = load_corpus(split)
     print(f"split {split}: fingerprint {corpus.fingerprint}, {len(corpus.tasks)} tasks, "
           f"probe arm {probe}, {len(config.jobs())} episodes", flush=True)
-    rows = grade(config, out, workers=workers, progress=progress, desc="headline")
-    summary = summarize(rows, split, list(policies), list(config.seeds))
+    grade(config, out, workers=workers, progress=progress, desc="headline")
+    rows, policies = recorded(config, out)
+    summary = summarize(rows, split, policies, list(config.seeds))
     summary["probe"] = probe
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "report.md").write_text(report_markdown(summary, "Headline evaluation"))

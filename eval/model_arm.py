@@ -33,7 +33,8 @@ from agents import HEADLINE
 from agents.model import Endpoint, InfrastructureError, ModelConfig, ModelPolicy, Transcript
 from finality_gym import load_corpus
 
-from .grader import RunConfig, _progress, check_manifest, grade, grade_row, read_rows
+from .grader import (RunConfig, _progress, check_manifest, grade, grade_row, prepare_out,
+                     read_rows, seal, writer_lock)
 from .report import _ci, _money, _pct, pyplot, report_markdown, table
 from .summary import summarize
 
@@ -104,8 +105,13 @@ def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int 
     """Grade the model's missing episodes into `out`; return (its rows, the failed episodes)."""
     if concurrency < 1 or concurrency > 64:
         raise ValueError(f"concurrency must lie in 1..64, got {concurrency}")
-    out.mkdir(parents=True, exist_ok=True)
-    check_manifest(out, {**rc.manifest(), "model": config.decisive()})
+    prepare_out(out)
+    with writer_lock(out):
+        check_manifest(out, {**rc.manifest(), "model": config.decisive()})
+        return _grade_model_locked(config, rc, out, concurrency, progress)
+
+
+def _grade_model_locked(config, rc, out, concurrency, progress):
     path = out / "episodes.jsonl"
     rows = read_rows(path)
     key = lambda r: (r["policy"], r["task_id"], r["seed"])  # noqa: E731
@@ -144,7 +150,7 @@ def _run_jobs(config, rc, out, endpoint, todo, concurrency, progress) -> list[di
         with lock:
             tokens["in"] += row["tokens_in"]
             tokens["out"] += row["tokens_out"]
-        return json.dumps(row, separators=(",", ":"))
+        return seal(row)
 
     failed: list[dict] = []
     pending: dict = {}
@@ -180,7 +186,7 @@ def _canonical_order(path: Path, rows: list[dict], jobs: list) -> None:
     ordered = sorted(rows, key=lambda r: rank[(r["policy"], r["task_id"], r["seed"])])
     if ordered != rows:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in ordered))
+        tmp.write_text("".join(seal(r) + "\n" for r in ordered))
         os.replace(tmp, path)
 
 

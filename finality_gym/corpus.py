@@ -78,10 +78,13 @@ def _draws(rng: random.Random, t_det_range: tuple[int, int]) -> dict:
             "retry_latency": rng.randint(30, 90), "fault_key": rng.getrandbits(63)}
 
 
-def generate(split: str) -> tuple[Task, ...]:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
-    rng = random.Random(SPLITS[split])
+def generate(split: str, master_seed: int | None = None) -> tuple[Task, ...]:
+    """The tasks of a split; `master_seed` overrides the split's own (a private split)."""
+    if master_seed is None:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        master_seed = SPLITS[split]
+    rng = random.Random(master_seed)
     prefix = split[:3]
     tasks: list[Task] = []
     n = 0
@@ -124,11 +127,37 @@ def fingerprint(split: str, tasks: tuple[Task, ...]) -> str:
     return hashlib.sha256(canonical_json(split, tasks).encode()).hexdigest()[:16]
 
 
+PRIVATE = "private"
+_private: dict[str, Corpus] = {}
+
+
+def use_private(master_seed: int) -> Corpus:
+    """Generate the private split of a leaderboard operator from a master seed no submitter has
+    seen, and make it `load_corpus("private")` in this process. The seed is kept in memory only;
+    the corpus is known by its fingerprint."""
+    if type(master_seed) is not int or master_seed < 0:
+        raise ValueError(f"master seed must be a non-negative int, got {master_seed!r}")
+    if master_seed in SPLITS.values():
+        raise ValueError("that master seed generates a published split; pick an unpublished one")
+    tasks = generate(PRIVATE, master_seed)
+    _private[PRIVATE] = Corpus(PRIVATE, fingerprint(PRIVATE, tasks), tasks)
+    return _private[PRIVATE]
+
+
 @lru_cache(maxsize=None)
-def load_corpus(split: str = "public") -> Corpus:
-    """The corpus of one split, generated once per process."""
+def _published(split: str) -> Corpus:
     tasks = generate(split)
     return Corpus(split, fingerprint(split, tasks), tasks)
+
+
+def load_corpus(split: str = "public") -> Corpus:
+    """The corpus of one split, generated once per process (`private`: after `use_private`)."""
+    if split == PRIVATE:
+        if PRIVATE not in _private:
+            raise ValueError("the private split is generated from a master seed: give "
+                             "--master-seed (finality_gym.corpus.use_private)")
+        return _private[PRIVATE]
+    return _published(split)
 
 
 def corpus_from_json(text: str) -> Corpus:

@@ -227,7 +227,9 @@ class FinalityEnv(gym.Env):
         episode = self.episode
         if episode is None:
             return "(not reset)\n"
-        lines = [f"case {episode.task.task_id}: order {episode.task.order_value / 100:.2f} "
+        # Nothing here names the task: an agent shown this text (a language model's natural
+        # observation) must learn no more than the tools told it. The outcome appears once ended.
+        lines = [f"case: order {episode.task.order_value / 100:.2f} "
                  f"USD, handed over at t={HANDOVER_AT}, ship by t={SHIP_BY}"]
         for t, tool, args, result in episode.history:
             shown = {k: v for k, v in result.items() if k not in ("tool", "t")}

@@ -25,7 +25,7 @@ Choices where SPEC is silent:
 from __future__ import annotations
 
 from .faults import FAMILIES, GOLDEN, MASK64, FaultProfile, draw, episode_key, mix64
-from .tasks import Task
+from .tasks import HORIZON, Task
 from .world import Event, World
 
 PROCESSOR, LEDGER, ERP, BANK = range(4)
@@ -164,6 +164,20 @@ class Replicas:
 
     def fault_firings(self) -> dict[str, int]:
         return dict(zip(FAMILIES, self.firings))
+
+
+def world_firings(task: Task, seed: int, faults: FaultProfile) -> dict[str, int]:
+    """The world's firings of one (task, seed): the profile faults on every delivery, to every
+    system, of the canonical log as it runs to the horizon with no agent acting. A property of
+    the world and the fault profile, whatever a policy reads (`fault_firings` of a record counts
+    only what its policy observed). `stale_read` acts on reads, not deliveries, and a world with
+    no agent has none: it is 0 here."""
+    world = World(task)
+    world.advance(HORIZON)
+    replicas = Replicas(world, task, seed, faults)
+    for system in (PROCESSOR, LEDGER, ERP, BANK):
+        replicas.sync(system, HORIZON)
+    return replicas.fault_firings()
 
 
 def _visible(deliveries: list, as_of: int) -> list:

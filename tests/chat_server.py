@@ -48,6 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
 
 from agents import Brief, make_policy
+from agents.base import PolicyError
 from agents.model import PREFLIGHT
 from finality_gym.episode import check_call
 from finality_gym.world import DISPOSITIONS
@@ -230,7 +231,7 @@ class ChatServer:
         policy.reset(brief)
         try:
             call = policy.act(None)
-        except StopIteration:
+        except PolicyError:  # the plan ended
             call = None
         turn = 0
         for i, m in enumerate(messages):
@@ -255,7 +256,7 @@ class ChatServer:
                                           f"with result {json.dumps(result)[:200]}")
                 try:
                     call = policy.act(result)
-                except StopIteration:
+                except PolicyError:  # the plan ended
                     call = None
                 except (KeyError, TypeError, ValueError) as exc:
                     raise _HTTPError(400, "the conversation diverged from the scripted policy: "

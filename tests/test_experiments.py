@@ -163,3 +163,21 @@ def test_each_experiment_resumes_after_a_kill(tmp_path, name, extra, result_file
     resumed, clean, keys = _kill_and_resume(tmp_path, name, extra, result_file)
     assert resumed == clean
     assert len(keys) == len(set(keys))  # nothing recorded twice
+
+
+def test_world_firings_are_the_worlds_whatever_a_policy_reads():
+    """The world's firings count every delivery to the horizon: the gate (which reads nothing
+    but the probe) observes none, yet its world fires like every other policy's."""
+    from finality_gym.replicas import world_firings
+    task = PUBLIC.tasks[40]
+    profile = FaultProfile()
+    gate = run_episode(make_policy("finality_gate"), task, 0, faults=profile)
+    assert sum(gate.fault_firings.values()) == 0
+    world = [world_firings(t, s, profile) for t in PUBLIC.tasks[::8] for s in range(3)]
+    for family in ("loss", "delay", "duplicate"):
+        assert sum(w[family] for w in world) > 0
+    assert all(w["stale_read"] == 0 for w in world)
+    only_loss = FaultProfile(families=("loss",))
+    assert all(sum(world_firings(t, 0, only_loss).values()) == world_firings(
+        t, 0, only_loss)["loss"] for t in PUBLIC.tasks[::8])
+    assert sum(world_firings(t, 0, FaultProfile.none())["loss"] for t in PUBLIC.tasks) == 0

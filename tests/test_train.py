@@ -10,6 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import finality_gym
 from agents import make_policy, run_episode
 from agents.learned import GymPolicy
+from train.__main__ import main as train_cli
 from train.ppo import PPOConfig, latest_checkpoint, train
 
 PUBLIC = finality_gym.load_corpus("public")
@@ -60,21 +61,112 @@ def test_training_writes_our_scalars_and_a_model_the_grader_grades(trained):
     assert result["timesteps"] == 2048 == int(latest_checkpoint(run).stem.split("_")[1])
 
 
-def test_resume_continues_the_step_count(trained, tmp_path):
+def _snapshot(folder: Path) -> dict:
+    """Every file under a folder with its size and modification time: what "nothing written"
+    compares."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def _rows(rows: list[dict], spec: str) -> list[dict]:
+    """The rows of one policy in a fixed order."""
+    return sorted((row for row in rows if row["policy"] == spec),
+                  key=lambda row: (row["task_id"], row["seed"]))
+
+
+def test_resume_continues_a_moved_run_in_place_and_regrades_its_new_best_model(
+        trained, tmp_path):
+    """`--resume` continues the folder it is given, not the one its config.json was saved in;
+    when it trains further, the final grading is of the new best model, not the old rows."""
     import shutil
+
+    from eval.grader import RunConfig, grade, read_rows
     config, _ = trained
-    run = tmp_path / "resumed"
-    shutil.copytree(config.out, run)
-    resumed = PPOConfig(**{**json.loads((run / "config.json").read_text()),
-                           "net_arch": tuple(config.net_arch), "out": str(run),
-                           "timesteps": 4096})
-    result = train(resumed, resume=True)
+    original = Path(config.out)
+    run = tmp_path / "moved"
+    shutil.copytree(original, run)
+    before = _snapshot(original)
+    spec = f"ppo:{run / 'best_model.zip'}"
+    # Nothing left to train: the run is graded in place, under its new path.
+    assert train_cli(["ppo", "--resume", "--out", str(run)]) == 0
+    assert json.loads((run / "config.json").read_text())["out"] == str(run)
+    old_rows = _rows(read_rows(run / "eval_public" / "episodes.jsonl"), spec)
+    assert len(old_rows) == 321
+    # Train further. The saved best is made the worst possible, so that the resumed run's first
+    # validation writes a new best model whatever the tiny run learned.
+    best = json.loads((run / "best.json").read_text())
+    (run / "best.json").write_text(json.dumps({**best, "mean_gap": 1e9}))
+    old_model = (run / "best_model.zip").read_bytes()
+    assert train_cli(["ppo", "--resume", "--out", str(run), "--timesteps", "4096"]) == 0
+    assert _snapshot(original) == before
+    result = json.loads((run / "result.json").read_text())
     assert result["timesteps"] >= 4096
     assert int(latest_checkpoint(run).stem.split("_")[1]) == result["timesteps"]
     steps = [json.loads(line)["timesteps"] for line in
              (run / "validation.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] >= 4096 and min(steps) < 2048
     assert max(max(v) for v in _scalars(run).values()) >= 4096
+    # The graded rows are those of the new best model, as a fresh grading of it gives them.
+    assert (run / "best_model.zip").read_bytes() != old_model
+    fresh = grade(RunConfig((spec,), split="public", seeds=(0,)), tmp_path / "fresh",
+                  workers=1, progress=False)
+    rows = _rows(read_rows(run / "eval_public" / "episodes.jsonl"), spec)
+    assert rows == _rows(fresh, spec)
+    assert rows != old_rows
+
+
+def test_a_new_run_refuses_a_folder_holding_another_run(trained, tmp_path, capsys):
+    import shutil
+    config, _ = trained
+    run = tmp_path / "run"
+    shutil.copytree(config.out, run)
+    before = _snapshot(run)
+    assert train_cli(["ppo", "--out", str(run), "--timesteps", "512", "--n-envs", "2",
+                      "--n-steps", "128", "--batch-size", "128", "--final-seeds", "1"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {run} is not an empty folder") and "--resume" in error
+    assert "empty folder" in error and len(error.splitlines()) == 1
+    assert _snapshot(run) == before
+
+
+def test_resume_needs_a_run_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    assert train_cli(["ppo", "--resume", "--out", str(run)]) == 2
+    assert f"{run} holds no config.json" in capsys.readouterr().err
+    (run / "config.json").write_text(PPOConfig(out="elsewhere").to_json())
+    before = _snapshot(run)
+    assert train_cli(["ppo", "--resume", "--out", str(run)]) == 2
+    assert f"no checkpoint in {run / 'checkpoints'}" in capsys.readouterr().err
+    assert _snapshot(run) == before and not Path("elsewhere").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--timesteps", "0"], "timesteps must be >= 1, got 0"),
+    (["--seed", "-1"], "seed must be >= 0"),
+    (["--n-envs", "0"], "n_envs must be >= 1"),
+    (["--n-steps", "1", "--n-envs", "1"], "n_steps * n_envs must be >= 2"),
+    (["--batch-size", "1"], "batch_size must be >= 2"),
+    (["--learning-rate", "0"], "learning_rate must be a finite number > 0"),
+    (["--learning-rate", "nan"], "learning_rate must be a finite number > 0"),
+    (["--ent-coef", "-0.1"], "ent_coef must be a finite number >= 0"),
+    (["--final-seeds", "0"], "final_seeds must be >= 1"),
+    (["--resume", "--timesteps", "0"], "timesteps must be >= 1, got 0"),
+])
+def test_bad_numbers_are_refused_before_training(args, message, tmp_path, capsys, monkeypatch):
+    import train.__main__ as cli
+
+    def no_training(config, resume=False):
+        raise AssertionError(f"trained with {config}")
+
+    monkeypatch.setattr(cli, "train", no_training)
+    run = tmp_path / "run"
+    if "--resume" in args:
+        run.mkdir()
+        (run / "config.json").write_text(PPOConfig(out=str(run)).to_json())
+    assert cli.main(["ppo", "--out", str(run), *args]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {message}") and len(error.splitlines()) == 1
+    assert not run.exists() or [p.name for p in run.iterdir()] == ["config.json"]
 
 
 def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):

@@ -10,6 +10,20 @@ from pathlib import Path
 from .ppo import PPOConfig, train
 
 
+def resumed_config(out: Path, timesteps: int | None) -> PPOConfig:
+    """The configuration saved in the run folder `out`, to continue that run in `out` itself:
+    the saved `out` is where the run was started, which a moved or copied folder no longer is."""
+    saved = out / "config.json"
+    if not saved.is_file():
+        raise FileNotFoundError(f"--resume: {out} holds no config.json (not a training run folder)")
+    try:
+        config = PPOConfig.from_json(saved.read_text())
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"--resume: {saved} is not a run configuration ({exc})") from None
+    return dataclasses.replace(config, out=str(out),
+                               timesteps=config.timesteps if timesteps is None else timesteps)
+
+
 def main(argv: list[str] | None = None) -> int:
     defaults = PPOConfig()
     parser = argparse.ArgumentParser(prog="python -m train", description=__doc__)
@@ -33,18 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every)
     p.add_argument("--final-seeds", type=int, default=defaults.final_seeds)
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its latest checkpoint")
+                   help="continue the run in --out from its latest checkpoint (without it, "
+                        "--out must be empty or new)")
     args = parser.parse_args(argv)
     try:
         if args.resume:
-            saved = Path(args.out) / "config.json"
-            if not saved.exists():
-                raise FileNotFoundError(f"--resume: no {saved}")
-            config = PPOConfig.from_json(saved.read_text())
-            if args.timesteps is not None:
-                config = dataclasses.replace(config, timesteps=args.timesteps)
+            config = resumed_config(Path(args.out), args.timesteps)
         else:
-            config = PPOConfig(env=args.env, timesteps=args.timesteps or defaults.timesteps,
+            timesteps = defaults.timesteps if args.timesteps is None else args.timesteps
+            config = PPOConfig(env=args.env, timesteps=timesteps,
                                seed=args.seed, n_envs=args.n_envs, masked=args.masked,
                                out=args.out, learning_rate=args.learning_rate,
                                n_steps=args.n_steps, batch_size=args.batch_size,

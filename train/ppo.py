@@ -10,6 +10,8 @@ A run folder holds: `config.json`, `tb/` (TensorBoard: `tensorboard --logdir run
 `checkpoints/` (the last one is the final model), `best_model.zip` (+ `best.json`),
 `validation.jsonl`,
 `learning_curve.png`, and `eval_public/`, `eval_regenerated/` (headline folders).
+A new run needs a new or empty folder; a resumed one continues in the folder it is given,
+and regrades from scratch if it trained further.
 
 Choices where the issue is silent: training draws tasks from `public` with fresh fault seeds;
 validation uses every `validation_stride`-th independent unit of public under fault seed 100
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +83,15 @@ class PPOConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        # SB3 and torch refuse these only once the run folder is written, some with a traceback
+        if not 0 < self.learning_rate < math.inf:
+            raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate}")
+        if not 0 <= self.ent_coef < math.inf:
+            raise ValueError(f"ent_coef must be a finite number >= 0, got {self.ent_coef}")
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size must be >= 2, got {self.batch_size}")
+        if self.n_steps * self.n_envs < 2:
+            raise ValueError(f"n_steps * n_envs must be >= 2, got {self.n_steps} * {self.n_envs}")
 
     @property
     def probe(self) -> str:
@@ -181,14 +194,27 @@ def latest_checkpoint(out: Path) -> Path | None:
     return max(candidates, key=lambda p: int(p.stem.split("_")[1])) if candidates else None
 
 
+def starting_checkpoint(out: Path, resume: bool) -> Path | None:
+    """The checkpoint a resumed run continues from; None for a new run, which needs a folder of
+    its own: in one holding another run, that run's best model would be graded as this one's,
+    its validation history appended to and its checkpoints resumed from."""
+    if resume:
+        checkpoint = latest_checkpoint(out)
+        if checkpoint is None:
+            raise FileNotFoundError(f"--resume: no checkpoint in {out / 'checkpoints'}")
+        return checkpoint
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} is not an empty folder: pass --resume to continue the run in "
+                         "it, or pick an empty folder")
+    return None
+
+
 def train(config: PPOConfig, resume: bool = False) -> dict:
     out = Path(config.out)
+    checkpoint = starting_checkpoint(out, resume)
     started = time.perf_counter()
     envs = make_envs(config)
     cls = algorithm(config)
-    checkpoint = latest_checkpoint(out) if resume else None
-    if resume and checkpoint is None:
-        raise FileNotFoundError(f"--resume: no checkpoint in {out / 'checkpoints'}")
     if checkpoint is not None:
         model = cls.load(checkpoint, env=envs, device="cpu", tensorboard_log=str(out / "tb"))
         print(f"resuming {checkpoint} at {model.num_timesteps} steps", flush=True)
@@ -212,17 +238,28 @@ def train(config: PPOConfig, resume: bool = False) -> dict:
     model.save(out / "checkpoints" / f"ppo_{model.num_timesteps}_steps.zip")
     train_seconds = time.perf_counter() - started
     learning_curve(out)
-    summaries = {}
-    for split in ("public", "regenerated"):
-        summaries[split] = headline.run(
-            out / f"eval_{split}", workers=2, progress=False, split=split,
-            seeds=config.final_seeds, probe=config.probe,
-            policies=HEADLINE + (f"ppo:{out / 'best_model.zip'}",))
+    final_grading(config, fresh=remaining > 0)
     result = {"timesteps": model.num_timesteps, "train_seconds": round(train_seconds, 1),
               "total_seconds": round(time.perf_counter() - started, 1),
               "best": json.loads((out / "best.json").read_text())}
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def final_grading(config: PPOConfig, fresh: bool) -> None:
+    """The headline grading of the best model next to the scripted policies, on both splits.
+
+    The grader resumes a folder by policy spec, and `ppo:PATH` names the model's file, not its
+    content: after a resume that trained further (`fresh`), the rows of the previous best model
+    would be kept as the new one's, so the grading starts over. Otherwise it resumes (a run
+    killed while grading)."""
+    out = Path(config.out)
+    for split in ("public", "regenerated"):
+        folder = out / f"eval_{split}"
+        if fresh:
+            shutil.rmtree(folder, ignore_errors=True)
+        headline.run(folder, workers=2, progress=False, split=split, seeds=config.final_seeds,
+                     probe=config.probe, policies=HEADLINE + (f"ppo:{out / 'best_model.zip'}",))
 
 
 def learning_curve(out: Path) -> None:
