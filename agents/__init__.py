@@ -1,4 +1,4 @@
-"""Policies behind one interface: the nine of SPEC section 9, the floors, and an adapter that
+"""Policies behind one interface: the nine of docs/world.md section 9, the floors, and an adapter that
 runs any Gymnasium-observation policy (for example a saved stable-baselines3 model) through the
 same runner as every scripted policy."""
 

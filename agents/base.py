@@ -37,7 +37,7 @@ class PolicyError(ValueError):
 
 @dataclass(frozen=True)
 class Privilege:
-    """The reference's one piece of truth (SPEC section 8): the fate of `cap1` and `t_det`."""
+    """The reference's one piece of truth (docs/world.md section 8): the fate of `cap1` and `t_det`."""
 
     fate: str
     t_det: int

@@ -28,8 +28,9 @@ def brief_for(task: Task, seed: int, probe: str) -> Brief:
                  seed=mix64(_SAMPLER_SALT ^ (task.order_value << 20) ^ seed) & 0x7FFFFFFF)
 
 
-def run_episode(policy: Policy, task: Task, seed: int, faults: FaultProfile | None = None,
-                probe: str = "full", costs: Costs | None = None) -> EpisodeRecord:
+def play(policy: Policy, task: Task, seed: int, faults: FaultProfile | None = None,
+         probe: str = "full", costs: Costs | None = None) -> Episode:
+    """One episode of `policy` to its end; returns the ended `Episode` (to draw it, say)."""
     episode = Episode(task, seed=seed, faults=faults, probe=probe, costs=costs)
     policy.reset(brief_for(task, seed, probe))
     if type(policy).privileged:
@@ -43,4 +44,9 @@ def run_episode(policy: Policy, task: Task, seed: int, faults: FaultProfile | No
             episode.lapse()
             break
         result = call(tool, **args)
-    return episode.record()
+    return episode
+
+
+def run_episode(policy: Policy, task: Task, seed: int, faults: FaultProfile | None = None,
+                probe: str = "full", costs: Costs | None = None) -> EpisodeRecord:
+    return play(policy, task, seed, faults, probe, costs).record()

@@ -1,11 +1,11 @@
-"""The scripted policies of SPEC section 9 and the floors a submission must beat.
+"""The scripted policies of docs/world.md section 9 and the floors a submission must beat.
 
 Each `plan` reads top to bottom like the operating rule it encodes. Every polling policy checks,
 before a wait or a retry, that the next round (its reads, the wait, a final disposition) still
 fits in the remaining calls and before the deadline; if not, it refunds now, as it would at the
 deadline. The reference oracle is the one class with `privileged = True`.
 
-Choices where SPEC is silent: `majority_vote`'s majority is a plurality of the four verdicts,
+Choices where the rules are silent: `majority_vote`'s majority is a plurality of the four verdicts,
 any tie between the leaders reading as pending; `react` goes straight on to the next system after
 a keyed retry; `reflection` re-checks only verdict-driven dispositions (a deadline refund is taken
 at once) and, when the second read disagrees, reads the next system at once; `finality_gate`
@@ -242,7 +242,7 @@ class FinalityGate(Policy):
 
 
 class FinalityOracle(Policy):
-    """The reference (SPEC section 8): acts at its first call on the fate it is told."""
+    """The reference (docs/world.md section 8): acts at its first call on the fate it is told."""
 
     name = "finality_oracle"
     privileged = True
@@ -289,7 +289,7 @@ class DoNothing(Policy):
 
 
 class OpenLoopPlan(Policy):
-    """A fixed plan (SPEC section 11's reference check): wait w1, optionally `retry_capture`
+    """A fixed plan (docs/world.md section 11's reference check): wait w1, optionally `retry_capture`
     under one key, wait w2, one terminal action. A wait of 0 is no call. If the terminal action
     is refused (`ship` after the deadline) the case is left to lapse at the horizon."""
 

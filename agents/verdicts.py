@@ -1,4 +1,4 @@
-"""A read's verdict (SPEC section 9). A failure seen in the ledger or the ERP carries no decline
+"""A read's verdict (docs/world.md section 9). A failure seen in the ledger or the ERP carries no decline
 code, so it reads as a soft decline (a keyed retry is always safe)."""
 
 from __future__ import annotations

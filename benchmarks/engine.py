@@ -3,7 +3,7 @@ measured in the same run as Gymnasium's CartPole-v1 steps per second; prints the
 
     .venv/bin/python benchmarks/engine.py [--seconds 3]
 
-The random policy is SPEC's `random` (a uniformly random tool, wait from {10, 30, 60, 120}, a
+The random policy is `random` (docs/world.md section 9) (a uniformly random tool, wait from {10, 30, 60, 120}, a
 random key). Each episode is built fresh over the public corpus's tasks with seeds 0..4 and ends
 with its record, as the grader would take it.
 """

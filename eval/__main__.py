@@ -7,6 +7,7 @@
     plans      1,215 open-loop plans on 40 tasks against the reference
     all        all of the above into one folder, with an index report
     model      a language model behind a Chat Completions endpoint, acting through tool calls
+    show       one episode of one policy, drawn as a timeline PNG
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from finality_gym.corpus import PRIVATE
 
 from agents.model import ConfigurationError, ModelConfig
 
-from . import ablation, costs, headline, model_arm, plans, tuning
+from . import ablation, costs, headline, model_arm, plans, show, tuning
 
 EXIT_INCOMPLETE = 3  # some episode is ungraded: the endpoint failed past every retry
 
@@ -90,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(a model: trusted files only, it unpickles code), FILE.py:CLASS or "
                         "MODULE:CLASS (your own Policy, graded in its own process)")
     h.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
+    show.add_arguments(sub.add_parser("show", help="one episode of one policy, drawn as a "
+                                      "timeline PNG"))
     m = parsers["model"]
     m.add_argument("--model", required=True, help="the model's name at the endpoint")
     m.add_argument("--base-url", required=True,
@@ -116,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             headline.run(args.out, args.workers, progress, split=args.split, seeds=args.seeds,
                          policies=tuple(args.policies or HEADLINE), probe=args.probe,
                          master_seed=args.master_seed)
+        elif args.command == "show":
+            return show.main(args)
         elif args.command == "all":
             run_all(args.out, args.workers, progress)
         elif args.command == "plans":

@@ -1,9 +1,9 @@
-"""Fault ablation (SPEC section 11): which fault family does the damage, to whom.
+"""Fault ablation (docs/world.md section 11): which fault family does the damage, to whom.
 
-Arms: `baseline` (the SPEC profile), `only_X` and `minus_X` for each of the six families, and
-`no_late_chargeback` (the SPEC profile on the corpus without that archetype); each runs the nine
+Arms: `baseline` (the default profile), `only_X` and `minus_X` for each of the six families, and
+`no_late_chargeback` (the default profile on the corpus without that archetype); each runs the nine
 policies on `public` under seeds 0..4. Then the 2 x 2 of loss x delay for `sop`, `react` and
-`reflection`, at the SPEC intensity, with the interaction `both - loss - delay + none` and its
+`reflection`, at the default intensity, with the interaction `both - loss - delay + none` and its
 bootstrap interval (the four arms share the resampled units).
 
 Disposition changes compare each `minus_X` arm with the baseline episode by episode: because

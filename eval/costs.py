@@ -1,4 +1,4 @@
-"""Cost sweep (SPEC section 11): 45 configurations of (cogs fraction, dispute fee, escalation fee).
+"""Cost sweep (docs/world.md section 11): 45 configurations of (cogs fraction, dispute fee, escalation fee).
 
 No policy reads the cost constants, so each graded headline episode is re-priced from what its
 record keeps (order value, cash, goods left, escalated) instead of being re-run; the reference is
@@ -34,7 +34,7 @@ def configurations() -> list[Costs]:
 
 
 def _positions(ov, cash, goods, escalated, costs: Costs) -> np.ndarray:
-    """SPEC section 7, vectorized over episodes, in integer cents."""
+    """docs/world.md section 7, vectorized over episodes, in integer cents."""
     bps = round(costs.cogs_fraction * 10000)
     cogs = np.where(goods, (ov * bps + 5000) // 10000, 0)
     liability = np.maximum(0, cash - np.where(goods, ov, 0))

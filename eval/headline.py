@@ -1,4 +1,4 @@
-"""The headline evaluation (SPEC section 11): the nine policies on a split, tables and figures."""
+"""The headline evaluation (docs/world.md section 11): the nine policies on a split, tables and figures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reference check (SPEC section 11): can any simple open-loop plan beat the reference?
+"""Reference check (docs/world.md section 11): can any simple open-loop plan beat the reference?
 
 On 40 tasks sampled across the archetypes (seeded, stratified: four per archetype, the remaining
 four from archetypes drawn at random), every plan "wait w1, optionally `retry_capture` under one
@@ -51,10 +51,10 @@ def explain(task, best: dict) -> str:
                 f"(position {best['reference'] / 100:.2f}). The plan never ships ({best['policy']}),"
                 f" so the chargeback takes back only money it would have returned anyway "
                 f"(position {best['position'] / 100:.2f}). The reference is told the card's fate, "
-                "not the dispute (SPEC section 8): this is the one beat SPEC anticipates.")
+                "not the dispute (docs/world.md section 8): this is the one beat the rules anticipate.")
     return (f"{best['policy']} ends with cash {best['cash'] / 100:.2f}, goods "
             f"{'shipped' if best['goods_left'] else 'kept'}, position {best['position'] / 100:.2f} "
-            f"against the reference's {best['reference'] / 100:.2f}: a case SPEC does not "
+            f"against the reference's {best['reference'] / 100:.2f}: a case the rules do not "
             "anticipate; look at this task.")
 
 

@@ -1,4 +1,4 @@
-"""Honest statistics for graded episodes (SPEC section 10).
+"""Honest statistics for graded episodes (docs/world.md section 10).
 
 Intervals are 95 % percentile bootstraps over independent units (a twin pair is one unit, a
 singleton another): each replicate resamples the units with replacement from one explicit seeded

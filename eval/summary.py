@@ -1,9 +1,9 @@
-"""From graded rows to the per-policy summary of SPEC section 10 (`summary.json`).
+"""From graded rows to the per-policy summary of docs/world.md section 10 (`summary.json`).
 
 Money in the summary is in dollars (the records keep integer cents). `paired` is the mean gap on
 the settling halves of the twin pairs, on the failing halves, and their average; only twin-pair
 episodes enter it. Differences (`vs_baseline`) are taken against the best unprivileged scripted
-policy of the run by mean gap (`finality_gate` in the SPEC world, `react` without the probe), so a
+policy of the run by mean gap (`finality_gate` in the default world, `react` without the probe), so a
 learned policy is compared with the best hand-written rule of its arm; with no scripted policy in
 the run, against the first policy.
 """

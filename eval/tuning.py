@@ -1,4 +1,4 @@
-"""Knob tuning (SPEC section 11): grid-search `sop`'s two knobs on `public`, then re-measure the
+"""Knob tuning (docs/world.md section 11): grid-search `sop`'s two knobs on `public`, then re-measure the
 tuned and the default configuration on `regenerated`.
 
 The splits are independent draws, so a change across splits is the difference of two independent

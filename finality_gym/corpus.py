@@ -1,10 +1,10 @@
-"""The corpus generator (SPEC section 6): nine archetypes, 321 tasks, 45 twin pairs.
+"""The corpus generator (docs/world.md section 6): nine archetypes, 321 tasks, 45 twin pairs.
 
 A split is the same generator run from a different master seed (`public`: 1729, `regenerated`:
 2718), never a hold-out of one draw. Draws come from `random.Random(master_seed)`, whose integer
 methods are stable across processes and Python versions. Tasks are generated in a fixed order:
 the 30 pending twin pairs, the 15 unresolvable twin pairs, then the singletons archetype by
-archetype in SPEC's order; task ids are `SSS-NNN-archetype` (SSS the split's first three letters,
+archetype in the order of `_SINGLETONS` (docs/world.md section 6); task ids are `SSS-NNN-archetype` (SSS the split's first three letters,
 so ids are unique across splits; NNN counts constructions, so both halves of a pair share it,
 suffixed `a` for the settling and `b` for the failing half).
 

@@ -1,4 +1,4 @@
-"""The economics of SPEC section 7: a position read off the canonical log alone.
+"""The economics of docs/world.md section 7: a position read off the canonical log alone.
 
 The four deductions are disjoint, so a loss breakdown always sums to the total:
 position = cash - cogs - liability - dispute - escalation.

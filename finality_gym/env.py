@@ -25,8 +25,10 @@ class FinalityEnv(gym.Env):
     of the truth; an authoritative probe is slower; waiting costs time; a capture retry with the
     original idempotency key is safe, with a fresh key it is a second real charge. The episode
     ends with one irreversible disposition and is graded by its economic position against a
-    reference that knows only how the pending capture resolves (`../shared/SPEC.md`).
-    The engine is `finality_gym.Episode`, reachable as `env.unwrapped.episode`.
+    reference that knows only how the pending capture resolves. The rules are in
+    `docs/world.md` (the world, section 2; the systems, 3; the faults, 4; the tools, 5; the
+    economics, 7; the reference, 8). The engine is `finality_gym.Episode`, reachable as
+    `env.unwrapped.episode`.
 
     ## Action Space
 
@@ -97,7 +99,8 @@ class FinalityEnv(gym.Env):
     ## Rewards
 
     0 on every step but the last; at the end, `-gap / 100 / reward_scale`: the excess loss in
-    dollars over `reward_scale` (default 100). A lapse is graded like any other end.
+    dollars over `reward_scale` (default 100). A lapse is graded like any other end
+    (`docs/world.md` sections 7 and 8).
 
     ## Starting State
 
@@ -112,17 +115,57 @@ class FinalityEnv(gym.Env):
     reached). `info` carries the tool's `result` on every step and, at the end, the whole
     `record` (`finality_gym.EpisodeRecord`).
 
+    ## Rendering
+
+    `render()` returns None without a render mode. Neither mode names the task, its archetype,
+    its card fate or its twin half, and while the case runs neither shows anything the tools did
+    not tell the agent: the two halves of a twin pair render identically, byte for byte, before
+    `t_det`.
+
+    - `"ansi"`: text, one line per call (time, call, result), and once the case has ended the
+      disposition, its time, the position, the reference and the gap in dollars.
+    - `"rgb_array"`: an RGB `uint8` image of shape (800, 1280, 3), the same shape at every step
+      of every episode (`finality_gym/timeline.py`; matplotlib's Agg, imported at the first
+      render; about 0.1 s a frame). A timeline of the case: x is the clock from the hand-over
+      t=120 to the horizon t=1800, drawn wider up to the ship-by deadline t=600 (after it the
+      scale is 4.5 times compressed and shaded), with the hand-over, the deadline and the
+      horizon marked. The header gives the order value, cap1's submission at t=10, the probe
+      arm, the clock and the calls used. Tracks, top to bottom:
+      - *truth*: while the case runs, an empty box "truth: hidden until the case ends", and no
+        `t_det`. Once it has ended: every event of the canonical log (`docs/world.md` section 2)
+        from the hand-over to the horizon with its time (capture submitted or retried, settled
+        or declined with its decline, refunded, voided, chargeback, shipped, escalated, closed,
+        written off; the specialist's marked), a band of each capture's true status (cap1, and
+        above it the newest other capture), the world's later events after the agent's end
+        shaded, and a dashed line at `t_det`, when cap1's outcome was determined.
+      - *processor*, *ledger*, *ERP*, *bank*: a tick at every read of that system the agent
+        made and, from that read to the next, a band coloured by what it showed (paid, pending,
+        declined, money returned, shipped, nothing), labelled with the read's time where the
+        view changed: the processor's status of each capture (and decline), the ledger's cash
+        and clearing balances and any imbalance in dollars, the ERP's order status, the bank's
+        credits and debits in dollars; "never read" otherwise.
+      - *agent calls*: every call at its time: reads as ticks with their systems' letters
+        (P, L, E, B), probes with their answer (a `delayed` probe's as-of time too), waits as
+        spans, retries with their key (a fresh key flagged as a second charge), refused calls,
+        and the disposition (or the lapse).
+      A vertical line marks "now" while the case runs, the agent's end once it has ended. Below,
+      once ended: the disposition and its time (or the lapse), the position and its parts (cash
+      kept, cost of goods, liability, dispute and escalation fees), the reference and the gap in
+      dollars, from `episode.record()`; before that, "outcome: hidden until the case ends".
+
     ## Arguments
 
     `split` ("public" | "regenerated"), `archetypes` (a subset of the nine, default all),
-    `faults` (a `FaultProfile`, an intensity, or a dict of `FaultProfile` arguments; default the
-    SPEC profile), `probe` ("full" | "none" | "delayed" | "rate_limited" | "identity"),
-    `wait_ticks` (positive ints), `reward_scale` (> 0), `cogs_fraction`, `dispute_fee`,
-    `escalation_fee` (SPEC section 7 defaults), `render_mode` (None | "ansi"). Invalid values
-    raise `ValueError` naming the argument and the valid values.
+    `faults` (a `FaultProfile`, an intensity, or a dict of `FaultProfile` arguments; default
+    `docs/world.md` section 4's profile), `probe` ("full" | "none" | "delayed" | "rate_limited" |
+    "identity"; each id registered by `finality_gym` fixes its own arm and refuses another),
+    `wait_ticks` (a non-empty sequence of ints >= 1), `reward_scale` (> 0), `cogs_fraction`,
+    `dispute_fee`, `escalation_fee` (`docs/world.md` section 7 defaults), `render_mode` (None |
+    "ansi" | "rgb_array"). Invalid values raise `ValueError` naming the argument and the valid
+    values.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(self, split: str = "public", archetypes: Any = None, faults: Any = None,
                  probe: str = "full", wait_ticks: Any = DEFAULT_WAITS, reward_scale: float = 100.0,
@@ -139,15 +182,20 @@ class FinalityEnv(gym.Env):
                              f"got {archetypes!r}")
         if probe not in PROBE_ARMS:
             raise ValueError(f"probe: unknown arm {probe!r}; valid: {', '.join(PROBE_ARMS)}")
-        wait_ticks = tuple(wait_ticks)
+        try:
+            wait_ticks = tuple(wait_ticks)
+        except TypeError:
+            raise ValueError(f"wait_ticks: must be a non-empty sequence of ints >= 1; "
+                             f"got {wait_ticks!r}") from None
         if not wait_ticks or any(type(w) is not int or w < 1 for w in wait_ticks):
             raise ValueError(f"wait_ticks: must be a non-empty sequence of ints >= 1; "
                              f"got {wait_ticks!r}")
         if isinstance(reward_scale, bool) or not isinstance(reward_scale, (int, float)) \
                 or not reward_scale > 0 or not math.isfinite(reward_scale):
             raise ValueError(f"reward_scale: must be a finite number > 0; got {reward_scale!r}")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode: must be None or 'ansi'; got {render_mode!r}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode: must be None or 'ansi' or 'rgb_array'; "
+                             f"got {render_mode!r}")
         try:
             self.costs = Costs(cogs_fraction, dispute_fee, escalation_fee)
         except ValueError as exc:
@@ -222,6 +270,9 @@ class FinalityEnv(gym.Env):
         return self._encoder.masks(episode.now, self.probe, episode.probes_answered)
 
     def render(self):
+        if self.render_mode == "rgb_array":
+            from .timeline import draw
+            return draw(self.episode)
         if self.render_mode != "ansi":
             return None
         episode = self.episode

@@ -1,17 +1,17 @@
-"""One episode: the agent's whole interface (the twelve tools of SPEC section 5) and its record.
+"""One episode: the agent's whole interface (the twelve tools of docs/world.md section 5) and its record.
 
 `Episode.call(tool, **args)` returns a plain JSON-serializable dict. A malformed call (unknown
 tool, unexpected or missing argument, bad key, non-positive wait) or any call after the end raises
 `InvalidCall` before anything changes: not the clock, the budget, nor the log. A call that is
 well-formed but refused by the world (`ship` after the deadline, a probe the arm does not allow)
-returns a result with an `error` field and spends its call and ticks, as SPEC says of `ship`.
+returns a result with an `error` field and spends its call and ticks, as docs/world.md says of `ship`.
 
-Probe arms (`probe=`): `full` (SPEC); `none` (every probe refused); `delayed` (answers as of 120
+Probe arms (`probe=`): `full` (docs/world.md section 5); `none` (every probe refused); `delayed` (answers as of 120
 ticks ago); `rate_limited` (at most 2 answered probes per episode, later ones refused);
 `identity` (confirms that each capture operation exists and was submitted, never its outcome).
 A refused probe costs its call and its 5 ticks.
 
-Choices where SPEC is silent: a lapse (budget spent or horizon reached) is recorded as disposition
+Choices where the rules are silent: a lapse (budget spent or horizon reached) is recorded as disposition
 `close` with `lapsed=True`; `premature` counts an irreversible action (the five dispositions,
 `retry_capture("fresh")`, a lapse) taken before `t_det`.
 """

@@ -1,4 +1,4 @@
-"""Fault profiles and the counter-based draws behind them (SPEC section 4).
+"""Fault profiles and the counter-based draws behind them (docs/world.md section 4).
 
 Every draw is a pure function of (episode key, domain, identity): the episode key mixes the task's
 fault key with the episode seed; a delivery's identity is (system, canonical event identity, copy)
@@ -44,7 +44,7 @@ def draw(key: int, identity: int) -> int:
 @dataclass(frozen=True, slots=True)
 class FaultProfile:
     """An intensity `p` and the enabled families; each enabled family fires with probability `p`
-    per opportunity. The default is the SPEC world: all six families at 0.30."""
+    per opportunity. The default is the standard world (docs/world.md section 4): all six families at 0.30."""
 
     intensity: float = DEFAULT_INTENSITY
     families: frozenset[str] = frozenset(FAMILIES)

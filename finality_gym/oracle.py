@@ -1,4 +1,4 @@
-"""The reference (SPEC section 8): the only code in the project that reads the truth.
+"""The reference (docs/world.md section 8): the only code in the project that reads the truth.
 
 It is told the fate of `cap1` and `t_det` (not the chargeback), acts at its first call, and is not
 clairvoyant, so a refusing policy can beat it on `late_chargeback`. Its position does not depend on

@@ -1,11 +1,11 @@
-"""The four replica systems (SPEC section 3) and the delivery faults that feed them (section 4).
+"""The four replica systems (docs/world.md section 3) and the delivery faults that feed them (section 4).
 
 Deliveries are built lazily, per system, only when a read of that system needs them (or when the
 episode record counts fault firings), and incrementally: the canonical log only grows at its end,
 and a delivery's faults depend on its own identity and on the previous canonical event's delivery
 to the same system, never on later events, so earlier deliveries never need rebuilding.
 
-Choices where SPEC is silent:
+Choices where the rules are silent:
 - The copy made by a duplicate is a clean copy: it is not half-committed and never reordered.
 - A reorder needs a previous delivery to pair with: none if the previous canonical event's delivery
   to that system was lost, or if it already swapped.
@@ -60,7 +60,7 @@ _SECOND_WORD = 0x5851F42D4C957F2D
 
 
 def _forced(archetype: str, system: int, event: Event) -> str | None:
-    """The archetype fault on one delivery, if any (SPEC section 6)."""
+    """The archetype fault on one delivery, if any (docs/world.md section 6)."""
     if event.ident != _CAP1_OUTCOME:
         return None
     settled = event.kind == "capture_settled"
@@ -104,7 +104,7 @@ class Replicas:
         self.synced[system] = i
 
     def _deliver(self, system: int, event: Event) -> None:
-        """One delivery, its faults applied in SPEC order: loss, delay, duplicate; then reorder."""
+        """One delivery, its faults applied in the order of docs/world.md section 4: loss, delay, duplicate; then reorder."""
         thr = self.thr
         forced = _forced(self.task.archetype, system, event)
         if forced == "loss":

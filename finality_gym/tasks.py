@@ -1,7 +1,7 @@
-"""Tasks as data: the clock constants of SPEC section 1 and the frozen `Task` record.
+"""Tasks as data: the clock constants of docs/world.md section 1 and the frozen `Task` record.
 
 A task is everything the world needs to replay one case: the card fate, when `cap1` is determined,
-the retry latency, the order value, the fault key, and the few archetype parameters (SPEC section 6).
+the retry latency, the order value, the fault key, and the few archetype parameters (docs/world.md section 6).
 It is generated once (see `corpus.py`) and round-trips through JSON.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-# SPEC section 1 (ticks; 1 tick = 1 second).
+# docs/world.md section 1 (ticks; 1 tick = 1 second).
 ORDER_PLACED_AT = 0
 AUTHORIZED_AT = 2
 CAPTURE_SUBMITTED_AT = 10
@@ -37,7 +37,7 @@ TWIN_HALVES = ("settle", "fail")
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One case. `processor_lag` is set only for `stale_processor` (L of SPEC section 6) and
+    """One case. `processor_lag` is set only for `stale_processor` (L of docs/world.md section 6) and
     `chargeback_at` only for `late_chargeback`; every other archetype fault follows from the
     archetype name alone."""
 

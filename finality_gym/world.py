@@ -1,4 +1,4 @@
-"""The hidden truth: capture attempts, agent effects and the canonical log (SPEC sections 2 and 5).
+"""The hidden truth: capture attempts, agent effects and the canonical log (docs/world.md sections 2 and 5).
 
 `World` holds only what the position depends on: the attempts of every capture operation, the
 agent's effects, the escalation specialist and the chargeback. It knows nothing of replicas,
@@ -6,7 +6,7 @@ faults or tools. The log is realised lazily: `advance(t)` appends every schedule
 <= t (so a scheduled event "enters the log when the clock reaches it"), and agent effects are
 appended at the time of the call, after the world events of that tick.
 
-Choices where SPEC is silent:
+Choices where the rules are silent:
 - `retry_capture("original")` concerns `cap1` only; fresh captures are new operations `cap2`,
   `cap3`, ... each with a single attempt.
 - A refund or a chargeback is one event per capture, each for that capture's full amount.
@@ -71,7 +71,7 @@ class Attempt:
 
 
 def attempt_outcome(fate: str, op: int, n: int) -> str:
-    """SPEC section 2: the card fate decides every attempt."""
+    """docs/world.md section 2: the card fate decides every attempt."""
     if fate == "settle":
         return "settled"
     if fate == "fail_soft":
@@ -196,7 +196,7 @@ class World:
         self._void_pending(now)
 
     def _specialist(self, t: int) -> None:
-        """SPEC section 5: ship if the order value has settled by t <= SHIP_BY (refunding any
+        """docs/world.md section 5: ship if the order value has settled by t <= SHIP_BY (refunding any
         over-collection, voiding anything pending); otherwise refund everything."""
         held = [a for a in self.attempts if a.settled(t) and not a.refunded and not a.charged_back]
         if held and t <= SHIP_BY:

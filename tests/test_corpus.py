@@ -1,4 +1,4 @@
-"""The corpus of SPEC section 6: sizes, mix, twins, splits, fingerprints, JSON round trip."""
+"""The corpus of docs/world.md section 6: sizes, mix, twins, splits, fingerprints, JSON round trip."""
 
 import json
 import subprocess

@@ -1,4 +1,4 @@
-"""Each policy on hand-built situations (SPEC section 9), the floors, and privilege isolation."""
+"""Each policy on hand-built situations (docs/world.md section 9), the floors, and privilege isolation."""
 
 import statistics
 

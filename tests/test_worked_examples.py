@@ -1,4 +1,4 @@
-"""SPEC's worked examples and the rules of SPEC sections 2, 5 and 8 on hand-built cases."""
+"""the worked examples and the rules of docs/world.md sections 2, 5 and 8 on hand-built cases."""
 
 import dataclasses
 

@@ -1,4 +1,4 @@
-"""Property-based tests of the world's invariants (SPEC sections 2 to 7)."""
+"""Property-based tests of the world's invariants (docs/world.md sections 2 to 7)."""
 
 import json
 import subprocess

@@ -1,0 +1,91 @@
+"""`python -m eval show`: play one episode of one policy and save its timeline as a PNG.
+
+    python -m eval show --policy P --task T --seed S [--split public] [--probe full]
+                        [--out FILE.png]
+
+The episode is played exactly as the grader plays it: the policy spec goes through
+`agents.make_policy` (names, `sop:...`, `plan:...`, `ppo:PATH`, `FILE.py:CLASS`, ...), the brief
+is `agents.brief_for`, the fault profile and costs are the grader's defaults, and the loop is
+the grader's own (`agents.runner.play`, which returns the ended `Episode` to draw with
+`finality_gym.timeline.draw`, the env's `rgb_array` frame).
+The picture is the final frame: what each system showed at each read, every call, and, since the
+case has ended, what really happened and the outcome. Prints the disposition, the position, the
+reference and the gap in dollars, and the PNG's path (default
+`results/show/<policy>_<task>_s<seed>.png`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from agents import make_policy
+from agents.external import ExternalPolicy
+from agents.runner import play
+from finality_gym import PROBE_ARMS, SPLITS, load_corpus
+
+DEFAULT_DIR = Path("results") / "show"
+
+
+def default_path(spec: str, task_id: str, seed: int) -> Path:
+    """`results/show/<policy>_<task>_s<seed>.png`, with anything but letters, digits, `.`,
+    `-` and `_` in the policy spec and task id replaced (a `ppo:PATH` spec holds slashes)."""
+    def clean(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")[:80] or "x"
+    return DEFAULT_DIR / f"{clean(spec)}_{clean(task_id)}_s{seed}.png"
+
+
+def save_png(image, path: Path) -> None:
+    from matplotlib.image import imsave
+    path.parent.mkdir(parents=True, exist_ok=True)
+    imsave(path, image, format="png")
+
+
+def show(spec: str, task_id: str, seed: int = 0, split: str = "public", probe: str = "full",
+         out: Path | None = None):
+    """Play the episode, write its picture; return (the PNG's path, the record)."""
+    from finality_gym.timeline import draw
+    if type(seed) is not int or seed < 0:
+        raise ValueError(f"--seed must be a non-negative int, got {seed!r}")
+    task = load_corpus(split).task(task_id)
+    policy = make_policy(spec)
+    try:
+        episode = play(policy, task, seed, probe=probe)
+    finally:
+        if isinstance(policy, ExternalPolicy):
+            policy.close()
+    path = Path(out) if out is not None else default_path(spec, task_id, seed)
+    if path.suffix.lower() != ".png":
+        raise ValueError(f"--out {path}: the picture is a PNG; give a path ending in .png")
+    save_png(draw(episode), path)
+    return path, episode.record()
+
+
+def _usd(cents: int) -> str:
+    return f"{'-' if cents < 0 else ''}${abs(cents) / 100:,.2f}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", required=True,
+                        help="a policy spec: a name, sop:..., plan:..., ppo:PATH (trusted files "
+                             "only: it unpickles code), FILE.py:CLASS or MODULE:CLASS")
+    parser.add_argument("--task", required=True, help="a task id of the split, e.g. "
+                        "pub-000b-pending_fail")
+    parser.add_argument("--seed", type=int, default=0, help="the episode (fault) seed")
+    parser.add_argument("--split", choices=list(SPLITS), default="public")
+    parser.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the PNG to write (default results/show/<policy>_<task>_s<seed>.png)")
+    parser.set_defaults(no_progress=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    path, rec = show(args.policy, args.task, args.seed, split=args.split, probe=args.probe,
+                     out=args.out)
+    how = "lapsed (closed)" if rec.lapsed else rec.disposition
+    print(f"{args.policy} on {args.task} seed {args.seed} ({args.split}, probe {args.probe}): "
+          f"{how} at t={rec.end_t}; position {_usd(rec.position)}, reference "
+          f"{_usd(rec.reference)}, gap {_usd(rec.gap)}")
+    print(f"wrote {path}")
+    return 0
