@@ -196,10 +196,12 @@ class Endpoint:
         self.client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key(),
                                     max_retries=0, timeout=config.timeout_s)
 
-    def complete(self, request: dict, rng: random.Random) -> tuple[dict, float, int, list[str]]:
+    def complete(self, request: dict, rng: random.Random,
+                 retries: int | None = None) -> tuple[dict, float, int, list[str]]:
         """(body, latency of the successful attempt, attempts, transient errors)."""
+        retries = self.config.max_retries if retries is None else retries
         errors: list[str] = []
-        for attempt in range(self.config.max_retries + 1):
+        for attempt in range(retries + 1):
             started = time.perf_counter()
             wait = None
             try:
@@ -226,7 +228,7 @@ class Endpoint:
                     raise ConfigurationError(_explain(status, exc)) from None
                 errors.append(f"HTTP {status}: {_message(exc)}")
                 wait = _retry_after(exc.response.headers)
-            if attempt == self.config.max_retries:
+            if attempt == retries:
                 break
             if wait is None:
                 wait = min(self.config.backoff_max_s, self.config.backoff_s * 2 ** attempt)
@@ -235,13 +237,19 @@ class Endpoint:
         raise InfrastructureError(f"{len(errors)} attempts failed; last: {errors[-1]}")
 
     def preflight(self) -> str:
-        """One small request before a run: a bad key, an unknown model or a server that takes
-        no tools stops the run here. Returns the served model's name."""
+        """One small request before a run: a bad key, an unknown model, a server that takes no
+        tools, or no server at all (after 3 attempts, not the run's whole retry schedule) stops
+        the run here. Returns the served model's name."""
         request = {"model": self.config.model, "tools": chat_tools(), "tool_choice": "auto",
                    "max_tokens": 8,
                    "messages": [{"role": "system", "content": system_prompt()},
                                 {"role": "user", "content": PREFLIGHT}]}
-        body, *_ = self.complete(request, random.Random(0))
+        try:
+            body, *_ = self.complete(request, random.Random(0), retries=min(
+                2, self.config.max_retries))
+        except InfrastructureError as exc:
+            raise ConfigurationError(f"{self.config.base_url} does not answer ({exc}); is the "
+                                     "server running, and is --base-url right?") from None
         return str(body.get("model", self.config.model))
 
 

@@ -279,3 +279,15 @@ def test_a_killed_run_resumes_without_losing_or_duplicating(tmp_path):
         run_arm(server, tmp_path / "clean", concurrency=1)
     clean = read_rows(tmp_path / "clean" / "episodes.jsonl")
     assert [records([r]) for r in rows] == [records([r]) for r in clean]
+
+
+def test_no_server_stops_the_run_at_preflight_with_what_to_fix(tmp_path, capsys):
+    import socket
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = main(["model", "--model", "m", "--base-url", f"http://127.0.0.1:{port}/v1",
+                 "--out", str(tmp_path)])
+    assert code == 2
+    assert "is the server running" in capsys.readouterr().err
+    assert not (tmp_path / "episodes.jsonl").exists()
