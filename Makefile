@@ -5,7 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 WORKERS ?= 2
 
-.PHONY: run test bench clean
+NINE := random,optimistic,eager,majority_vote,sop,react,reflection,finality_gate,finality_oracle
+
+.PHONY: run test bench grade-models clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +23,15 @@ test: $(STAMP)  ## the whole test suite
 
 bench: $(STAMP)  ## the speed benchmarks of the README
 	$(PY) benchmarks/engine.py
+
+grade-models: $(STAMP)  ## the shipped PPO models with the nine scripted policies, both splits
+	for split in public regenerated; do \
+	  $(PY) -m eval headline --split $$split --policies $(NINE),ppo:models/ppo_full.zip \
+	    --workers $(WORKERS) --no-progress --out results/models/ppo_full_$$split && \
+	  $(PY) -m eval headline --split $$split --probe none \
+	    --policies $(NINE),ppo:models/ppo_noprobe.zip \
+	    --workers $(WORKERS) --no-progress --out results/models/ppo_noprobe_$$split || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis
