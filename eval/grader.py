@@ -16,6 +16,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import random
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -237,23 +238,35 @@ def grade_in_process(policy: Policy, name: str, config: RunConfig) -> list[dict]
 
 def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
     """One chunk of jobs, run in a worker: the sealed lines in job order, and the error that
-    stopped the chunk, if any (the lines before it stay good)."""
+    stopped the chunk, if any (the lines of the jobs done before it stay good).
+
+    A chunk holding an outside policy's jobs runs them in an order drawn from the operating
+    system's entropy, never recorded: the job order is public (policy, task, seed in corpus
+    order), so a policy that counted its cases could otherwise tell which task, and which half
+    of a twin pair, it holds. Every episode depends only on its (task, seed), and the lines
+    still come out in job order, so the file is the same."""
     config, jobs = args
     if config.master_seed is not None:  # a worker started fresh does not have it yet
         use_private(config.master_seed)
     corpus = load_corpus(config.split)
-    lines = []
-    for spec, task_id, seed in jobs:
+    order = list(range(len(jobs)))
+    if any(is_external(spec) for spec, _, _ in jobs):
+        random.SystemRandom().shuffle(order)
+    done: dict[int, str] = {}
+    error = None
+    for i in order:
+        spec, task_id, seed = jobs[i]
         try:
             policy = _POLICIES.get(spec)
             if policy is None:
                 policy = _POLICIES[spec] = make_policy(spec)
             row = grade_row(policy, spec, corpus.task(task_id), seed, config)
         except Exception as exc:  # any failure of a policy, in its own words, located
-            return lines, (f"policy {spec!r} failed on task {task_id} seed {seed}: "
-                           f"{type(exc).__name__}: {exc}")
-        lines.append(seal(row))
-    return lines, None
+            error = (f"policy {spec!r} failed on task {task_id} seed {seed}: "
+                     f"{type(exc).__name__}: {exc}")
+            break
+        done[i] = seal(row)
+    return [done[i] for i in sorted(done)], error
 
 
 def _close_external() -> None:
