@@ -29,13 +29,20 @@ from .base import Brief, Call, Policy, PolicyError
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_S = 60.0
+_PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "OPENBLAS_CORETYPE",
+               "OPENBLAS_L2_SIZE")
 EPISODE_TIMEOUT_S = 10.0
 
 
 def is_external(spec: str) -> bool:
+    """`FILE.py:CLASS` or `MODULE:CLASS` (a dotted or a top-level module); the project's own
+    names (`sop:...`, `plan:...`, `ppo:...`) are never outside policies."""
+    from .registry import BUILTIN
     target, colon, cls = spec.partition(":")
-    return bool(colon and cls.isidentifier() and (target.endswith(".py") or "/" in target or (
-        "." in target and all(p.isidentifier() for p in target.split(".")))))
+    if not colon or not cls.isidentifier() or target in BUILTIN:
+        return False
+    return target.endswith(".py") or "/" in target or all(
+        p.isidentifier() for p in target.split("."))
 
 
 def source_file(target: str) -> Path:
@@ -73,8 +80,11 @@ class ExternalPolicy(Policy):
 
     # ----------------------------------------------------------------- the process
     def _start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        # A bare environment: nothing of the grader's (API keys, operators' variables) reaches
+        # the policy's process.
+        env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "agents.host", self.target, self.cls], cwd=os.getcwd(),
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
@@ -92,7 +102,10 @@ class ExternalPolicy(Policy):
                 pass
             self.proc.wait()
             for stream in (self.proc.stdin, self.proc.stdout):
-                stream.close()
+                try:
+                    stream.close()
+                except OSError:  # a pipe the policy's process broke
+                    pass
             self.proc = None
         self._active = False
 
@@ -144,8 +157,8 @@ class ExternalPolicy(Policy):
         message = self._read(self._deadline, "playing a case")
         if "error" in message:
             self._active = False
-            raise PolicyError(message["error"].strip().splitlines()[-1] if message["error"]
-                              else "failed")
+            last = (message["error"].strip() or "failed").splitlines()[-1]
+            raise PolicyError(last.removeprefix("agents.base.PolicyError: "))
         call = message.get("call") or {}
         if not isinstance(call.get("name"), str) or not isinstance(call.get("arguments"), dict):
             raise PolicyError(f"{self.name} sent a malformed call: {message!r:.120}")

@@ -13,9 +13,10 @@ JSON lines with it over its standard input and output, nothing else:
 
 The calls are the twelve tools of `finality_gym.tools.TOOL_TABLE`, the results what the engine
 returns: the same table and messages a language model gets. Each case is played in a child
-forked from this process after the policy's code was imported and before it saw any case, so
-no state (a class attribute, a module global) carries from one case to the next, and the order
-of the cases tells a policy nothing. The episode's truth is never in this process: the grader
+forked from this process, which imports the policy's code afresh: this process never imports
+it (a first child checks that it loads), so no state in memory (a class attribute, a module
+global, a shared mapping made at import) carries from one case to the next. The grader runs the
+cases of a chunk in an unrecorded order, so counting them tells a policy nothing. The episode's truth is never in this process: the grader
 keeps the engine. Anything the policy prints goes to standard error.
 """
 
@@ -54,8 +55,13 @@ def load_class(target: str, name: str):
 
 def _play(cls, brief: dict, read, send) -> None:
     from agents.base import Brief
-    policy = cls()
-    policy.reset(Brief(**brief))
+    try:
+        policy = cls()
+        policy.reset(Brief(**brief))
+    except Exception:
+        traceback.print_exc()
+        send({"error": traceback.format_exc(limit=8)})
+        return
     result = None
     while True:
         try:
@@ -64,7 +70,11 @@ def _play(cls, brief: dict, read, send) -> None:
             traceback.print_exc()
             send({"error": traceback.format_exc(limit=8)})
             return
-        send({"call": {"name": tool, "arguments": args}})
+        try:
+            send({"call": {"name": tool, "arguments": args}})
+        except (TypeError, ValueError) as exc:  # arguments that are not JSON
+            send({"error": f"the call {tool!r} has arguments that are not JSON: {exc}"})
+            return
         message = read()
         if message is None:
             return
@@ -74,11 +84,31 @@ def _play(cls, brief: dict, read, send) -> None:
         result = message["result"]
 
 
+_FINISHED = 3  # a case's process exits with this once it has said its last word
+
+
+def _in_child(work) -> int:
+    """Run `work` in a fork and wait for it; its exit status. The policy's code is imported
+    there, never in this process, so nothing it sets up (an anonymous shared mapping, a
+    global) outlives the case."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            work()
+            code = _FINISHED
+        except BaseException:  # noqa: BLE001 - the policy may raise anything, SystemExit too
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 def main() -> int:
     target, name = sys.argv[1], sys.argv[2]
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the policy's prints go to standard error, never into the protocol
     sys.stdout = sys.stderr
+    import agents.scripted  # noqa: F401 - the project's code, imported once, before any fork
 
     def send(message: dict) -> None:
         protocol.write(json.dumps(message, separators=(",", ":")) + "\n")
@@ -88,23 +118,24 @@ def main() -> int:
         line = sys.stdin.readline()
         return json.loads(line) if line else None
 
-    try:
-        cls = load_class(target, name)
-    except Exception as exc:
-        send({"error": f"{type(exc).__name__}: {exc}"})
+    def check() -> None:
+        try:
+            cls = load_class(target, name)
+        except Exception as exc:
+            send({"error": f"{type(exc).__name__}: {exc}"})
+            return
+        send({"ready": getattr(cls, "name", name)})
+
+    if _in_child(check) != _FINISHED:
+        send({"error": "loading the policy ended its process"})
         return 1
-    send({"ready": getattr(cls, "name", name)})
     while True:
         message = read()
         if message is None or "episode" not in message:
             return 0
-        pid = os.fork()
-        if pid == 0:  # the case runs in a copy of the process as it was before any case
-            try:
-                _play(cls, message["episode"], read, send)
-            finally:
-                os._exit(0)
-        os.waitpid(pid, 0)
+        code = _in_child(lambda: _play(load_class(target, name), message["episode"], read, send))
+        if code != _FINISHED:  # it died mid-case (os._exit, a signal): say so, do not hang
+            send({"error": f"the case's process ended without finishing (exit status {code})"})
 
 
 if __name__ == "__main__":

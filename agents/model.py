@@ -157,8 +157,12 @@ class Transcript:
         if path.exists():
             data = path.read_bytes()
             end = data.rfind(b"\n") + 1  # a torn last line (a killed run) is dropped
-            for line in data[:end].splitlines():
-                self.lines.append(json.loads(line))
+            for number, line in enumerate(data[:end].splitlines(), 1):
+                try:
+                    self.lines.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{number} is not a transcript line ({exc}); move "
+                                     "the file away to replay that episode live") from None
             if end < len(data):
                 self._rewrite()
 

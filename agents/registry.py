@@ -7,6 +7,8 @@ code: load only files you trust), or a policy from outside the project, `FILE.py
 
 from __future__ import annotations
 
+import argparse
+
 from . import scripted
 from .base import Policy
 from .external import ExternalPolicy, is_external
@@ -27,18 +29,20 @@ def is_unprivileged_scripted(spec: str) -> bool:
     return cls is not None and not cls.privileged
 
 
-_BUILTIN = (*_CLASSES, "plan", "ppo", "ppo-greedy")
+BUILTIN = (*_CLASSES, "plan", "ppo", "ppo-greedy")
 
 
 def split_specs(text: str) -> tuple[str, ...]:
     """A comma-separated list of specs, where a spec's own arguments may hold commas
     (`sop:poll_interval=30,max_polls=6`, `plan:60,original,120,ship`): a piece that does not
     start a spec (a built-in name, or a file or module with `:CLASS`) continues the last one."""
+    if not text.strip(" ,"):
+        raise argparse.ArgumentTypeError("name at least one policy")
     specs: list[str] = []
     for piece in (p.strip() for p in text.split(",")):
         if not piece:
             continue
-        if specs and not (piece.partition(":")[0] in _BUILTIN or is_external(piece)):
+        if specs and not (piece.partition(":")[0] in BUILTIN or is_external(piece)):
             specs[-1] += "," + piece
         else:
             specs.append(piece)

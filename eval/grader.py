@@ -201,6 +201,8 @@ def check_manifest(out: Path, wanted: dict, inputs: dict | None = None) -> None:
             found = json.loads(manifest_path.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"{manifest_path} is corrupt ({exc})") from None
+        if not isinstance(found, dict):
+            raise ValueError(f"{manifest_path} is corrupt (not a JSON object)")
         found_inputs = found.pop("inputs", {})
         if found != wanted:
             diff = sorted(k for k in wanted if found.get(k) != wanted[k])
@@ -262,8 +264,8 @@ def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
                 policy = _POLICIES[spec] = make_policy(spec)
             row = grade_row(policy, spec, corpus.task(task_id), seed, config)
         except Exception as exc:  # any failure of a policy, in its own words, located
-            error = (f"policy {spec!r} failed on task {task_id} seed {seed}: "
-                     f"{type(exc).__name__}: {exc}")
+            what = str(exc) if isinstance(exc, PolicyError) else f"{type(exc).__name__}: {exc}"
+            error = f"policy {spec!r} failed on task {task_id} seed {seed}: {what}"
             break
         done[i] = seal(row)
     return [done[i] for i in sorted(done)], error

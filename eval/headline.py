@@ -33,6 +33,8 @@ def recorded(config: RunConfig, out: Path) -> tuple[list[dict], list[str]]:
 def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public",
         seeds: int = 5, policies: tuple[str, ...] = HEADLINE, probe: str = "full",
         master_seed: int | None = None) -> dict:
+    if seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {seeds}")
     config = RunConfig(policies=policies, split=split, seeds=tuple(range(seeds)), probe=probe,
                        master_seed=master_seed)
     corpus = load_corpus(split)

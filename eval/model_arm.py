@@ -33,7 +33,7 @@ from agents import HEADLINE
 from agents.model import Endpoint, InfrastructureError, ModelConfig, ModelPolicy, Transcript
 from finality_gym import load_corpus
 
-from .grader import (RunConfig, _progress, check_manifest, grade, grade_row, prepare_out,
+from .grader import (MAX_WORKERS, RunConfig, _progress, check_manifest, grade, grade_row, prepare_out,
                      read_rows, seal, writer_lock)
 from .report import _ci, _money, _pct, pyplot, report_markdown, table
 from .summary import summarize
@@ -107,11 +107,21 @@ def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int 
         raise ValueError(f"concurrency must lie in 1..64, got {concurrency}")
     prepare_out(out)
     with writer_lock(out):
+        endpoint = None
+        if not (out / "run.json").exists():  # a failed preflight leaves the folder untouched
+            endpoint = _preflight(config, None)
         check_manifest(out, {**rc.manifest(), "model": config.decisive()})
-        return _grade_model_locked(config, rc, out, concurrency, progress)
+        return _grade_model_locked(config, rc, out, concurrency, progress, endpoint)
 
 
-def _grade_model_locked(config, rc, out, concurrency, progress):
+def _preflight(config: ModelConfig, endpoint: Endpoint | None) -> Endpoint:
+    endpoint = endpoint or Endpoint(config)
+    served = endpoint.preflight()
+    print(f"model {config.model} (served as {served}) at {config.base_url}", flush=True)
+    return endpoint
+
+
+def _grade_model_locked(config, rc, out, concurrency, progress, endpoint):
     path = out / "episodes.jsonl"
     rows = read_rows(path)
     key = lambda r: (r["policy"], r["task_id"], r["seed"])  # noqa: E731
@@ -119,10 +129,9 @@ def _grade_model_locked(config, rc, out, concurrency, progress):
     todo = [job for job in rc.jobs() if job not in done]
     failed: list[dict] = []
     if todo:
-        endpoint = Endpoint(config)
-        served = endpoint.preflight()
-        print(f"model {config.model} (served as {served}) at {config.base_url}: "
-              f"{len(todo)} episodes to grade, concurrency {concurrency}", flush=True)
+        if endpoint is None:
+            endpoint = _preflight(config, None)
+        print(f"{len(todo)} episodes to grade, concurrency {concurrency}", flush=True)
         failed = _run_jobs(config, rc, out, endpoint, todo, concurrency, progress)
         rows = read_rows(path)
     incomplete = out / "incomplete.json"
@@ -215,6 +224,8 @@ def run(out: Path, config: ModelConfig, split: str = "public", subset: str = "st
         progress: bool = True) -> dict | None:
     """Grade the model and the scripted policies; write the summary, the report and the figure.
     Returns None (and writes no summary) while some episode is still ungraded."""
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"workers must lie in 1..{MAX_WORKERS}, got {workers}")
     rc = run_config(config, split, subset, seeds, probe)
     name = rc.policies[0]
     print(f"split {split}: {len({t for _, t, _ in rc.jobs()})} tasks ({subset}), seeds "

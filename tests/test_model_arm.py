@@ -23,7 +23,9 @@ from chat_server import ChatServer, Fault
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD_FIELDS = [*EpisodeRecord._fields, "label"]
-FAST = dict(timeout_s=0.5, backoff_s=0.001, backoff_max_s=0.01)
+# A generous timeout (a loaded CI machine must never time a request out where a test counts
+# retries); the stall test sets its own.
+FAST = dict(timeout_s=30.0, backoff_s=0.001, backoff_max_s=0.01)
 
 
 def config(server, **kw) -> ModelConfig:
@@ -85,15 +87,15 @@ def test_transient_failures_are_retried_and_counted_and_change_no_record(tmp_pat
             fault = Fault("drop")
         elif n % 13 == 6:
             fault = Fault("garbage")
-        elif n % 97 == 8:
-            fault = Fault("stall", seconds=1.0)
+        elif n % 193 == 8:
+            fault = Fault("stall", seconds=4.0)
         if fault is not None:
             injected.append(fault.kind)
         return fault
 
     with ChatServer(policy="finality_gate", faults=faults) as server:
         # the schedule faults at most 5 requests in a row: 6 attempts always suffice
-        _, rows = run_arm(server, tmp_path, concurrency=1, max_retries=5)
+        _, rows = run_arm(server, tmp_path, concurrency=1, max_retries=5, timeout_s=2.0)
     assert records(rows) == records(read_rows(tmp_path / "scripted" / "episodes.jsonl"),
                                     "finality_gate")
     assert set(injected) == {"status", "drop", "garbage", "stall"}
@@ -104,7 +106,7 @@ def test_transient_failures_are_retried_and_counted_and_change_no_record(tmp_pat
 def test_retries_exhausted_no_row_non_zero_exit_and_a_rerun_pays_no_turn_twice(tmp_path):
     out = tmp_path / "run"
     argv = ["model", "--model", "scripted-model", "--api-key-env", "TEST_KEY", "--out", str(out),
-            "--concurrency", "1", "--max-retries", "2", "--timeout", "0.5", "--workers", "1"]
+            "--concurrency", "1", "--max-retries", "2", "--timeout", "30", "--workers", "1"]
     with ChatServer(policy="sop", faults=lambda n, body: Fault("status", status=503)
                     if 40 <= n < 43 else None) as server:
         assert main(argv + ["--base-url", server.base_url]) == EXIT_INCOMPLETE
@@ -140,6 +142,7 @@ def test_bad_key_and_unknown_model_stop_at_preflight(tmp_path, capsys, monkeypat
     assert code == 2
     assert needle in capsys.readouterr().err
     assert not (tmp_path / "episodes.jsonl").exists()
+    assert not (tmp_path / "run.json").exists()  # fixing the flag and re-running just works
 
 
 def test_a_missing_key_variable_is_a_clear_error(tmp_path, capsys, monkeypatch):

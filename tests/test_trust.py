@@ -39,7 +39,7 @@ def summary(tmp_path, out="run") -> dict:
 
 # ----------------------------------------------------------------- red team
 ATTACKS = {"lookup.py:Lookup": "finding 1", "frames.py:Frames": "finding 2",
-           "gc_walk.py:GcWalk": "finding 2"}
+           "gc_walk.py:GcWalk": "finding 2", "shared_memory.py:SharedMemory": "state in memory"}
 
 
 def test_each_attack_cheats_in_the_graders_process():
@@ -106,6 +106,19 @@ def test_the_rendered_text_tells_an_agent_nothing_the_tools_did_not():
                 assert word not in text
 
 
+def test_the_policy_process_gets_none_of_the_graders_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOME_API_KEY", "secret-value")
+    log = tmp_path / "env.txt"
+    path = tmp_path / "envy.py"
+    path.write_text("import os\nfrom agents.scripted import FinalityGate\n\n"
+                    "class Envy(FinalityGate):\n    def plan(self):\n"
+                    f"        open({str(log)!r}, 'a').write(repr(dict(os.environ)))\n"
+                    "        yield from super().plan()\n")
+    assert headline(tmp_path, "--seeds", "1", "--workers", "1", "--policies",
+                    f"{path}:Envy") == 0
+    assert "secret-value" not in log.read_text() and "PATH" in log.read_text()
+
+
 def test_outside_policies_cannot_be_privileged(tmp_path, capsys):
     assert headline(tmp_path, "--seeds", "1", "--policies",
                     "agents.scripted:FinalityOracle") == 2
@@ -161,12 +174,23 @@ def test_your_own_policy_from_a_file_and_specs_with_commas(tmp_path):
         assert {k: row[k] for k in record._fields} == record.to_dict()
 
 
+def test_a_top_level_module_is_a_policy_spec_too(tmp_path, monkeypatch):
+    (tmp_path / "mymod.py").write_text(MY_POLICY)
+    monkeypatch.chdir(tmp_path)
+    assert split_specs("sop,mymod:ProbeThenShip") == ("sop", "mymod:ProbeThenShip")
+    assert headline(tmp_path, "--seeds", "1", "--policies", "sop,mymod:ProbeThenShip") == 0
+    assert set(summary(tmp_path)) == {"sop", "mymod:ProbeThenShip"}
+
+
 @pytest.mark.parametrize("body,needle", [
     ("    def plan(self):\n        yield ('read_ledger', {})\n", "before the case ended"),
     ("    def plan(self):\n        yield ('read_ledger', {})\n        raise KeyError('oops')\n",
      "KeyError"),
     ("    def plan(self):\n        while True:\n            pass\n        yield\n", "time limit"),
     ("    def plan(self):\n        yield ('teleport', {})\n", "teleport"),
+    ("    def plan(self):\n        import os\n        os._exit(0)\n        yield\n",
+     "ended without finishing"),
+    ("    def plan(self):\n        yield ('wait', {'ticks': object()})\n", "not JSON"),
 ])
 def test_a_failing_policy_is_an_error_naming_policy_task_and_seed(tmp_path, capsys, monkeypatch,
                                                                    body, needle):
