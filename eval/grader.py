@@ -10,7 +10,6 @@ serial one.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import hashlib
 import json
@@ -79,10 +78,15 @@ class RunConfig:
                 "seeds": list(self.seeds), "probe": self.probe, "faults": self.faults.to_dict(),
                 "costs": self.costs.to_dict(), "tasks": None if self.tasks is None else list(self.tasks)}
 
+    def cases(self) -> list[tuple[str, int]]:
+        """Every (task id, seed) each policy of the run is graded on."""
+        task_ids = self.tasks if self.tasks is not None else [
+            t.task_id for t in load_corpus(self.split).tasks]
+        return [(t, s) for t in task_ids for s in self.seeds]
+
     def jobs(self) -> list[tuple[str, str, int]]:
-        corpus = load_corpus(self.split)
-        task_ids = self.tasks if self.tasks is not None else [t.task_id for t in corpus.tasks]
-        return [(p, t, s) for p in self.policies for t in task_ids for s in self.seeds]
+        cases = self.cases()
+        return [(p, t, s) for p in self.policies for t, s in cases]
 
 
 def _key(row: dict) -> tuple[str, str, int]:
@@ -235,7 +239,7 @@ def grade_in_process(policy: Policy, name: str, config: RunConfig) -> list[dict]
     `config`, in this process and without files; the rows are those `grade` would write."""
     corpus = load_corpus(config.split)
     return [grade_row(policy, name, corpus.task(task_id), seed, config)
-            for _, task_id, seed in dataclasses.replace(config, policies=(name,)).jobs()]
+            for task_id, seed in config.cases()]
 
 
 def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
@@ -293,10 +297,8 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
                          f"than that only add overhead), got {workers}")
     inputs = {spec: digest for spec in config.policies
               if (digest := input_identity(spec)) is not None}
-    for spec in config.policies:  # fail now, not in a worker
-        policy = make_policy(spec)
-        if isinstance(policy, ExternalPolicy):
-            policy.close()
+    for spec in config.policies:  # fail now, not in a worker (an outside policy starts no
+        make_policy(spec)           # process before its first case)
     prepare_out(out)
     with writer_lock(out):
         check_manifest(out, config.manifest(), inputs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -18,7 +17,7 @@ def recorded(config: RunConfig, out: Path) -> tuple[list[dict], list[str]]:
     """Every policy graded into the folder (earlier runs' too, same manifest), so that the
     summary and the report always cover the whole folder; a policy with only part of the
     episodes (an interrupted earlier run) is left out, and said so."""
-    jobs = {(t, s) for _, t, s in dataclasses.replace(config, policies=("-",)).jobs()}
+    jobs = set(config.cases())
     grouped: dict[str, list[dict]] = {}
     for row in read_rows(out / "episodes.jsonl"):
         grouped.setdefault(row["policy"], []).append(row)

@@ -81,9 +81,8 @@ def run_config(config: ModelConfig, split: str, subset: str, seeds: int, probe: 
 class _Writer:
     """Appends rows in job order as they complete; a job with no row is skipped over."""
 
-    def __init__(self, path: Path, order: list):
+    def __init__(self, path: Path):
         self.file = open(path, "a")
-        self.order = order
         self.ready: dict[int, str | None] = {}
         self.next = 0
 
@@ -109,13 +108,13 @@ def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int 
     with writer_lock(out):
         endpoint = None
         if not (out / "run.json").exists():  # a failed preflight leaves the folder untouched
-            endpoint = _preflight(config, None)
+            endpoint = _preflight(config)
         check_manifest(out, {**rc.manifest(), "model": config.decisive()})
         return _grade_model_locked(config, rc, out, concurrency, progress, endpoint)
 
 
-def _preflight(config: ModelConfig, endpoint: Endpoint | None) -> Endpoint:
-    endpoint = endpoint or Endpoint(config)
+def _preflight(config: ModelConfig) -> Endpoint:
+    endpoint = Endpoint(config)
     served = endpoint.preflight()
     print(f"model {config.model} (served as {served}) at {config.base_url}", flush=True)
     return endpoint
@@ -130,7 +129,7 @@ def _grade_model_locked(config, rc, out, concurrency, progress, endpoint):
     failed: list[dict] = []
     if todo:
         if endpoint is None:
-            endpoint = _preflight(config, None)
+            endpoint = _preflight(config)
         print(f"{len(todo)} episodes to grade, concurrency {concurrency}", flush=True)
         failed = _run_jobs(config, rc, out, endpoint, todo, concurrency, progress)
         rows = read_rows(path)
@@ -146,7 +145,7 @@ def _grade_model_locked(config, rc, out, concurrency, progress, endpoint):
 
 def _run_jobs(config, rc, out, endpoint, todo, concurrency, progress) -> list[dict]:
     corpus = load_corpus(rc.split)
-    writer = _Writer(out / "episodes.jsonl", todo)
+    writer = _Writer(out / "episodes.jsonl")
     tokens = {"in": 0, "out": 0}
     lock = threading.Lock()
     bar = _progress(len(todo), "model", progress)

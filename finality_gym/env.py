@@ -14,6 +14,7 @@ from .economics import DEFAULT_COSTS, Costs
 from .encoder import DEFAULT_WAITS, OBS_FIELDS, ObservationEncoder
 from .episode import PROBE_ARMS, Episode, InvalidCall
 from .faults import FAMILIES, FaultProfile
+from .registration import ENV_IDS
 from .tasks import ARCHETYPES, HANDOVER_AT, SHIP_BY
 
 class FinalityEnv(gym.Env):
@@ -158,7 +159,8 @@ class FinalityEnv(gym.Env):
     `split` ("public" | "regenerated"), `archetypes` (a subset of the nine, default all),
     `faults` (a `FaultProfile`, an intensity, or a dict of `FaultProfile` arguments; default
     `docs/world.md` section 4's profile), `probe` ("full" | "none" | "delayed" | "rate_limited" |
-    "identity"; each id registered by `finality_gym` fixes its own arm and refuses another),
+    "identity"; each id registered by `finality_gym` fixes its own arm and refuses another,
+    through `registered_probe`, which the ids set to their arm),
     `wait_ticks` (a non-empty sequence of ints >= 1), `reward_scale` (> 0), `cogs_fraction`,
     `dispute_fee`, `escalation_fee` (`docs/world.md` section 7 defaults), `render_mode` (None |
     "ansi" | "rgb_array"). Invalid values raise `ValueError` naming the argument and the valid
@@ -172,7 +174,13 @@ class FinalityEnv(gym.Env):
                  cogs_fraction: float = DEFAULT_COSTS.cogs_fraction,
                  dispute_fee: int = DEFAULT_COSTS.dispute_fee,
                  escalation_fee: int = DEFAULT_COSTS.escalation_fee,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, registered_probe: str | None = None):
+        if registered_probe is not None and probe != registered_probe:
+            others = ", ".join(f"{i} ({a})" for i, a in ENV_IDS.items())
+            env_id = next(i for i, a in ENV_IDS.items() if a == registered_probe)
+            raise ValueError(f"probe: {env_id} is the {registered_probe!r} probe arm and cannot "
+                             f"be made with probe={probe!r}; each id fixes its arm: {others} (or "
+                             "construct finality_gym.env.FinalityEnv(probe=...) directly)")
         if split not in SPLITS:
             raise ValueError(f"split: unknown split {split!r}; valid: {', '.join(SPLITS)}")
         if archetypes is None:
