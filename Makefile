@@ -12,14 +12,14 @@ NINE := random,optimistic,eager,majority_vote,sop,react,reflection,finality_gate
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[train,model,dev]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[train,model,ray,dev]"
 	touch $(STAMP)
 
 run: $(STAMP)  ## the main job: the headline evaluation
 	$(PY) -m eval headline --workers $(WORKERS) --out results/headline
 
 test: $(STAMP)  ## the whole test suite
-	$(PY) -m pytest -n $(WORKERS) tests
+	$(PY) -m pytest -n $(WORKERS) --dist loadgroup tests
 
 bench: $(STAMP)  ## the speed benchmarks of the README
 	$(PY) benchmarks/engine.py

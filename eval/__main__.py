@@ -25,6 +25,7 @@ from finality_gym.corpus import PRIVATE
 from agents.model import ConfigurationError, ModelConfig
 
 from . import ablation, costs, headline, model_arm, plans, show, tuning
+from .grader import BACKENDS, use_backend
 
 EXIT_INCOMPLETE = 3  # some episode is ungraded: the endpoint failed past every retry
 
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="results folder (re-running into it resumes)")
         p.add_argument("--workers", type=int, default=2, help="worker processes")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument("--backend", choices=BACKENDS, default="local",
+                       help="where the grader's chunks run: local processes, or Ray tasks "
+                            "(joins RAY_ADDRESS, else starts Ray here; the ray extra)")
         parsers[name] = p
     for name in ("ablation", "tuning", "costs"):
         parsers[name].add_argument("--seeds", type=int, default=5, help="episode seeds 0..N-1")
@@ -115,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = not args.no_progress
     started = time.perf_counter()
     try:
+        use_backend(getattr(args, "backend", "local"))
         if args.command == "headline":
             headline.run(args.out, args.workers, progress, split=args.split, seeds=args.seeds,
                          policies=tuple(args.policies or HEADLINE), probe=args.probe,

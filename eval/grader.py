@@ -281,12 +281,32 @@ def _close_external() -> None:
         _POLICIES.pop(spec).close()
 
 
+def _run_chunk_alone(args: tuple) -> tuple[list[str], str | None]:
+    """A chunk in a long-lived Ray worker: outside policies' processes do not outlive it."""
+    try:
+        return _run_chunk(args)
+    finally:
+        _close_external()
+
+
 def _chunks(config: RunConfig, jobs: list) -> Iterator[tuple]:
     for i in range(0, len(jobs), CHUNK):
         yield config, jobs[i:i + CHUNK]
 
 
 MAX_WORKERS = 4 * (os.cpu_count() or 1)
+BACKENDS = ("local", "ray")
+_BACKEND = ["local"]
+
+
+def use_backend(name: str) -> None:
+    """Where the grader's chunks run from now on: `local` processes (the default) or `ray`
+    tasks (`eval/distributed.py`); the episodes file is the same."""
+    if name not in BACKENDS:
+        raise ValueError(f"--backend: unknown backend {name!r}; valid: {', '.join(BACKENDS)}")
+    if name == "ray":
+        from . import distributed  # noqa: F401  (Ray missing: an ImportError now, not mid-run)
+    _BACKEND[0] = name
 
 
 def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
@@ -344,6 +364,10 @@ def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool,
 
 
 def _map(fn, items: Iterable, workers: int, fresh: bool = False) -> Iterator:
+    if _BACKEND[0] == "ray":
+        from .distributed import ordered_map
+        yield from ordered_map(_run_chunk_alone if fn is _run_chunk else fn, items, workers)
+        return
     if workers == 1:
         yield from map(fn, items)
         return

@@ -31,14 +31,16 @@ def recorded(config: RunConfig, out: Path) -> tuple[list[dict], list[str]]:
 
 def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public",
         seeds: int = 5, policies: tuple[str, ...] = HEADLINE, probe: str = "full",
-        master_seed: int | None = None) -> dict:
+        master_seed: int | None = None, echo: bool = True) -> dict:
+    """Grade into `out` and write the summary, report and figures; `echo` prints the table."""
     if seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {seeds}")
     config = RunConfig(policies=policies, split=split, seeds=tuple(range(seeds)), probe=probe,
                        master_seed=master_seed)
     corpus = load_corpus(split)
-    print(f"split {split}: fingerprint {corpus.fingerprint}, {len(corpus.tasks)} tasks, "
-          f"probe arm {probe}, {len(config.jobs())} episodes", flush=True)
+    if echo:
+        print(f"split {split}: fingerprint {corpus.fingerprint}, {len(corpus.tasks)} tasks, "
+              f"probe arm {probe}, {len(config.jobs())} episodes", flush=True)
     grade(config, out, workers=workers, progress=progress, desc="headline")
     rows, policies = recorded(config, out)
     summary = summarize(rows, split, policies, list(config.seeds))
@@ -47,7 +49,8 @@ def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public
     (out / "report.md").write_text(report_markdown(summary, "Headline evaluation"))
     figure_exact_vs_pass(summary, out / "exact_vs_pass.png")
     figure_paired(summary, out / "paired_halves.png")
-    print(headline_table(summary))
-    print(f"rankings by exact rate and by paired loss disagree in "
-          f"{summary['rankings']['disagreements']} places")
+    if echo:
+        print(headline_table(summary))
+        print(f"rankings by exact rate and by paired loss disagree in "
+              f"{summary['rankings']['disagreements']} places")
     return summary

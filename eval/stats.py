@@ -97,3 +97,74 @@ def ranking(values: dict[str, float], descending: bool) -> list[str]:
     """Items ordered by value (ties by name, so the order is deterministic)."""
     sign = -1 if descending else 1
     return sorted(values, key=lambda name: (sign * values[name], name))
+
+
+def seed_resample_counts(n_seeds: int, replicates: int = REPLICATES, seed: int = 1) -> np.ndarray:
+    """How many times each replicate draws each training seed (replicates x n_seeds), from a
+    generator of its own: the seeds are resampled independently of the units."""
+    idx = np.random.default_rng(seed).integers(0, n_seeds, size=(replicates, n_seeds))
+    return resample_counts(idx, n_seeds)
+
+
+@dataclass(frozen=True)
+class SeedUnitSums:
+    """A statistic of a policy trained from several seeds, every seed graded on the same units:
+    per-seed, per-unit sums (seeds x units); value = sum(num) / sum(den), which is the mean of
+    the seeds' own values when every seed has the same episodes.
+
+    Its interval is Owen's pigeonhole bootstrap (a two-way, crossed-random-effects bootstrap):
+    each replicate resamples the units (`counts`, the same resamples every other policy uses, so
+    comparisons stay paired) and, independently, the training seeds (`seed_counts`), and weighs
+    every (seed, unit) cell by the product of the two counts. It carries both sources of
+    variance: which tasks were drawn and which seeds were trained. Resampling the seeds' runs
+    within each task instead (as rliable does for runs on independent tasks) treats the shared
+    units as fixed and gives an interval far too narrow; resampling units only ignores the seeds
+    (tests/test_stats.py measures both by simulation)."""
+
+    num: np.ndarray
+    den: np.ndarray
+
+    @classmethod
+    def of(cls, per_seed: list[UnitSums]) -> SeedUnitSums:
+        return cls(np.stack([s.num for s in per_seed]), np.stack([s.den for s in per_seed]))
+
+    @property
+    def value(self) -> float:
+        den = self.den.sum()
+        return float(self.num.sum() / den) if den else float("nan")
+
+    @property
+    def per_seed(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.num.sum(axis=1) / self.den.sum(axis=1)
+
+    def per_seed_replicates(self, counts: np.ndarray) -> np.ndarray:
+        """Every seed's value in every unit resample (replicates x seeds)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (counts @ self.num.T) / (counts @ self.den.T)
+
+    def replicates(self, counts: np.ndarray, seed_counts: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return ((seed_counts * (counts @ self.num.T)).sum(axis=1)
+                    / (seed_counts * (counts @ self.den.T)).sum(axis=1))
+
+    def interval(self, counts: np.ndarray, seed_counts: np.ndarray) -> tuple[float, float]:
+        return percentile_interval(self.replicates(counts, seed_counts))
+
+
+def improvement_probability(learned: SeedUnitSums, reference: UnitSums, counts: np.ndarray,
+                            seed_counts: np.ndarray, lower_is_better: bool = True
+                            ) -> tuple[float, tuple[float, float]]:
+    """The share of training seeds that beat a reference policy (a tie counts half), and its
+    two-way bootstrap interval: in each replicate, the resampled seeds against the reference,
+    both on the same resampled units."""
+    sign = 1 if lower_is_better else -1
+
+    def share(seeds: np.ndarray, ref) -> np.ndarray:
+        better = sign * (np.asarray(ref)[..., None] - seeds)
+        return (better > 0) + 0.5 * (better == 0)
+
+    point = float(share(learned.per_seed, reference.value).mean())
+    wins = share(learned.per_seed_replicates(counts), reference.replicates(counts))
+    reps = (seed_counts * wins).sum(axis=1) / seed_counts.sum(axis=1)
+    return point, percentile_interval(reps)

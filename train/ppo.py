@@ -34,6 +34,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
@@ -72,13 +73,17 @@ class PPOConfig:
     validation_stride: int = 2
     checkpoint_every: int = 100_000
     final_seeds: int = 5
+    # One torch thread: as fast as torch's default here (benchmarks/ppo_speed.py), and the run
+    # reproduces itself bit for bit (more threads may split float sums differently from run to
+    # run); the sweep runs one such process per core.
+    torch_threads: int = 1
 
     def __post_init__(self) -> None:
         if self.env not in finality_gym.ENV_IDS:
             raise ValueError(f"env: unknown id {self.env!r}; valid: "
                              f"{', '.join(finality_gym.ENV_IDS)}")
         for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "eval_every",
-                     "validation_stride", "checkpoint_every", "final_seeds"):
+                     "validation_stride", "checkpoint_every", "final_seeds", "torch_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.seed < 0:
@@ -128,13 +133,19 @@ def validate(policy, config: PPOConfig) -> dict:
 class ValidationCallback(BaseCallback):
     """Every `eval_every` steps: grade, log our scalars, keep the best model, note the history."""
 
-    def __init__(self, config: PPOConfig, out: Path):
+    def __init__(self, config: PPOConfig, out: Path, label: str = "", report=None):
         super().__init__()
         self.config = config
         self.out = out
+        self.label = label
+        self.report = report
         best = out / "best.json"
-        self.best = json.loads(best.read_text())["mean_gap"] if best.exists() else float("inf")
+        self.best = json.loads(best.read_text()) if best.exists() else {"mean_gap": float("inf")}
         self.last = -config.eval_every
+        self.clock = (0, time.perf_counter())
+
+    def _on_training_start(self) -> None:
+        self.clock = (self.num_timesteps, time.perf_counter())
 
     def _on_step(self) -> bool:
         if self.num_timesteps - self.last >= self.config.eval_every:
@@ -153,11 +164,21 @@ class ValidationCallback(BaseCallback):
         self.logger.dump(self.num_timesteps)
         with open(self.out / "validation.jsonl", "a") as f:
             f.write(json.dumps({"timesteps": self.num_timesteps, **result}) + "\n")
-        if result["mean_gap"] < self.best:
-            self.best = result["mean_gap"]
+        if result["mean_gap"] < self.best["mean_gap"]:
+            self.best = {"timesteps": self.num_timesteps, **result}
             self.model.save(self.out / "best_model.zip")
-            (self.out / "best.json").write_text(json.dumps(
-                {"timesteps": self.num_timesteps, **result}, indent=2) + "\n")
+            (self.out / "best.json").write_text(json.dumps(self.best, indent=2) + "\n")
+        steps, started = self.clock
+        now = time.perf_counter()
+        rate = (self.num_timesteps - steps) / max(now - started, 1e-9)
+        self.clock = (self.num_timesteps, now)
+        print(f"{self.label}{self.num_timesteps:>10,} steps  {rate:6,.0f} steps/s  validation "
+              f"gap ${result['mean_gap']:.2f}  best ${self.best['mean_gap']:.2f} at "
+              f"{self.best['timesteps']:,}", flush=True)
+        if self.report is not None:
+            self.report({"timesteps": self.num_timesteps, "steps_per_second": round(rate, 1),
+                         **{f"validation_{k}": v for k, v in result.items()},
+                         "best_mean_gap": self.best["mean_gap"]}, self.model)
 
 
 class RelativeGap(gym.Wrapper):
@@ -209,15 +230,29 @@ def starting_checkpoint(out: Path, resume: bool) -> Path | None:
     return None
 
 
-def train(config: PPOConfig, resume: bool = False) -> dict:
+def seed_everything(config: PPOConfig) -> None:
+    """What makes a run reproduce itself: a fixed number of torch threads and torch's
+    deterministic kernels (SB3 seeds the generators from `config.seed`)."""
+    torch.set_num_threads(config.torch_threads)
+    torch.use_deterministic_algorithms(True)
+
+
+def train(config: PPOConfig, resume: bool = False, grading_workers: int = 2, label: str = "",
+          report=None) -> dict:
+    """Train, validate, keep the best model, grade it. `label` prefixes the progress lines (the
+    sweep's "seed 3: ", whose runs print no headline tables); `report(metrics, model)`, if
+    given, is called after every validation (the Ray backend reports to Tune through it)."""
     out = Path(config.out)
     checkpoint = starting_checkpoint(out, resume)
+    seed_everything(config)
     started = time.perf_counter()
     envs = make_envs(config)
     cls = algorithm(config)
+    resumed_from = None
     if checkpoint is not None:
         model = cls.load(checkpoint, env=envs, device="cpu", tensorboard_log=str(out / "tb"))
-        print(f"resuming {checkpoint} at {model.num_timesteps} steps", flush=True)
+        resumed_from = model.num_timesteps
+        print(f"{label}resuming {checkpoint} at {model.num_timesteps} steps", flush=True)
     else:
         out.mkdir(parents=True, exist_ok=True)
         model = cls("MlpPolicy", envs, learning_rate=config.learning_rate, n_steps=config.n_steps,
@@ -230,7 +265,7 @@ def train(config: PPOConfig, resume: bool = False) -> dict:
     callbacks = CallbackList([
         CheckpointCallback(max(config.checkpoint_every // config.n_envs, 1),
                            str(out / "checkpoints"), name_prefix="ppo"),
-        ValidationCallback(config, out)])
+        ValidationCallback(config, out, label, report)])
     remaining = config.timesteps - model.num_timesteps
     if remaining > 0:
         model.learn(total_timesteps=remaining, callback=callbacks, tb_log_name="PPO",
@@ -238,15 +273,17 @@ def train(config: PPOConfig, resume: bool = False) -> dict:
     model.save(out / "checkpoints" / f"ppo_{model.num_timesteps}_steps.zip")
     train_seconds = time.perf_counter() - started
     learning_curve(out)
-    final_grading(config, fresh=remaining > 0)
+    final_grading(config, fresh=remaining > 0, workers=grading_workers, echo=not label)
     result = {"timesteps": model.num_timesteps, "train_seconds": round(train_seconds, 1),
               "total_seconds": round(time.perf_counter() - started, 1),
+              "resumed_from": resumed_from,
               "best": json.loads((out / "best.json").read_text())}
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def final_grading(config: PPOConfig, fresh: bool) -> None:
+def final_grading(config: PPOConfig, fresh: bool, workers: int = 2,
+                  echo: bool = True) -> None:
     """The headline grading of the best model next to the scripted policies, on both splits.
 
     The grader resumes a folder by policy spec, and `ppo:PATH` names the model's file, not its
@@ -258,7 +295,8 @@ def final_grading(config: PPOConfig, fresh: bool) -> None:
         folder = out / f"eval_{split}"
         if fresh:
             shutil.rmtree(folder, ignore_errors=True)
-        headline.run(folder, workers=2, progress=False, split=split, seeds=config.final_seeds,
+        headline.run(folder, workers=workers, progress=False, echo=echo, split=split,
+                     seeds=config.final_seeds,
                      probe=config.probe, policies=HEADLINE + (f"ppo:{out / 'best_model.zip'}",))
 
 

@@ -1,0 +1,235 @@
+"""A learned policy across training seeds: the sweep's `summary.json`, `report.md`, `seeds.png`.
+
+Every seed's run graded its best model (chosen on validation only) next to the nine scripted
+policies, with the shared grader, on `regenerated` and `public` (`seed_<k>/eval_<split>/`). The
+scripted policies' rows are the same in every seed's folder (checked: a seed graded in another
+world would be refused), so the aggregate takes them once. Per split it reports:
+
+- per seed: mean gap and exact rate with their unit-bootstrap intervals, the paired difference
+  from the best unprivileged scripted policy of the arm, and the validation step of the model;
+- across seeds: mean gap, exact rate and the paired difference with two-way (units x seeds,
+  Owen's pigeonhole) bootstrap intervals, the probability of improvement (the share of seeds
+  with a lower mean gap than that policy) with its interval, and the spread between seeds.
+
+Money in dollars; intervals are 95 % percentile bootstraps (`eval/stats.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from agents import is_unprivileged_scripted
+
+from .grader import read_rows
+from .report import pyplot
+from .stats import (REPLICATES, SeedUnitSums, UnitSums, difference_interval,
+                    improvement_probability, percentile_interval, seed_resample_counts)
+from .summary import BOOTSTRAP_SEED, Units, by_policy
+
+SPLITS = ("regenerated", "public")
+SEED_BOOTSTRAP_SEED = BOOTSTRAP_SEED + 1
+
+
+def _r(x: float) -> float:
+    return round(float(x), 6)
+
+
+def _ci(interval) -> list[float]:
+    return [_r(interval[0]), _r(interval[1])]
+
+
+def learned_spec(policies) -> str:
+    specs = [p for p in policies if p.startswith("ppo:")]
+    if len(specs) != 1:
+        raise ValueError(f"expected one learned policy, found {specs or 'none'}")
+    return specs[0]
+
+
+def load_split(folders: dict[int, Path], split: str) -> tuple[dict[str, list[dict]], dict]:
+    """The scripted policies' rows (once) and each seed's learned rows, on one split."""
+    scripted: dict[str, list[dict]] | None = None
+    learned: dict = {}
+    manifest = None
+    for seed, folder in folders.items():
+        path = folder / f"eval_{split}"
+        if not (path / "episodes.jsonl").is_file():
+            raise FileNotFoundError(f"seed {seed} has no graded episodes in {path}")
+        this = json.loads((path / "run.json").read_text())
+        this.pop("inputs", None)
+        if manifest is None:
+            manifest = this
+        elif this != manifest:
+            raise ValueError(f"{path} was graded under another configuration than the other seeds")
+        grouped = by_policy(read_rows(path / "episodes.jsonl"))
+        spec = learned_spec(grouped)
+        learned[seed] = grouped.pop(spec)
+        rows = {p: sorted(rs, key=lambda r: (r["task_id"], r["seed"])) for p, rs in grouped.items()}
+        if scripted is None:
+            scripted = rows
+        elif rows != scripted:
+            raise ValueError(f"the scripted policies' rows in {path} differ from the first "
+                             "seed's: the seeds were not graded in the same world")
+    return scripted or {}, learned
+
+
+def summarize_split(scripted: dict[str, list[dict]], learned: dict[int, list[dict]],
+                    split: str, replicates: int = REPLICATES) -> dict:
+    seeds = sorted(learned)
+    every = [r for rs in scripted.values() for r in rs] + [r for s in seeds for r in learned[s]]
+    frame = Units(split, every, replicates, BOOTSTRAP_SEED)
+    counts = frame.counts
+    seed_counts = seed_resample_counts(len(seeds), replicates, SEED_BOOTSTRAP_SEED)
+    gaps = {p: frame.gap(rs) for p, rs in scripted.items()}
+    candidates = [p for p in scripted if is_unprivileged_scripted(p)]
+    if not candidates:
+        raise ValueError("no unprivileged scripted policy was graded next to the seeds")
+    best = min(candidates, key=lambda p: (gaps[p].value, p))
+    ref = gaps[best]
+
+    def exact(rows):
+        units = np.array([frame.unit_of[r["task_id"]] for r in rows], dtype=int)
+        return UnitSums.of(units, np.array([r["gap"] == 0 for r in rows], dtype=float), frame.n)
+
+    ref_exact = exact(scripted[best])
+    per_seed_gap = [frame.gap(learned[s]) for s in seeds]
+    per_seed_exact = [exact(learned[s]) for s in seeds]
+    table = []
+    for seed, gap, ex in zip(seeds, per_seed_gap, per_seed_exact):
+        table.append({"seed": seed, "mean_gap": _r(gap.value),
+                      "mean_gap_ci": _ci(gap.interval(counts)),
+                      "exact": _r(ex.value), "exact_ci": _ci(ex.interval(counts)),
+                      "vs_best_scripted": _r(gap.value - ref.value),
+                      "vs_best_scripted_ci": _ci(difference_interval(gap, ref, counts))})
+    gap_all, exact_all = SeedUnitSums.of(per_seed_gap), SeedUnitSums.of(per_seed_exact)
+    diff_reps = gap_all.replicates(counts, seed_counts) - ref.replicates(counts)
+    exact_diff_reps = exact_all.replicates(counts, seed_counts) - ref_exact.replicates(counts)
+    p_improve, p_ci = improvement_probability(gap_all, ref, counts, seed_counts)
+    per_seed = gap_all.per_seed
+    return {
+        "split": split, "units": frame.n, "best_scripted": best,
+        "scripted": {p: {"mean_gap": _r(g.value), "mean_gap_ci": _ci(g.interval(counts))}
+                     for p, g in sorted(gaps.items(), key=lambda kv: kv[1].value)},
+        "seeds": table,
+        "across_seeds": {
+            "mean_gap": _r(gap_all.value),
+            "mean_gap_ci": _ci(gap_all.interval(counts, seed_counts)),
+            "exact": _r(exact_all.value), "exact_ci": _ci(exact_all.interval(counts, seed_counts)),
+            "vs_best_scripted": _r(gap_all.value - ref.value),
+            "vs_best_scripted_ci": _ci(percentile_interval(diff_reps)),
+            "exact_vs_best_scripted": _r(exact_all.value - ref_exact.value),
+            "exact_vs_best_scripted_ci": _ci(percentile_interval(exact_diff_reps)),
+            "probability_of_improvement": _r(p_improve),
+            "probability_of_improvement_ci": _ci(p_ci),
+            "seeds_at_or_below_best_scripted": int(np.sum(per_seed <= ref.value)),
+            "spread": {"std": _r(per_seed.std(ddof=1)) if len(seeds) > 1 else 0.0,
+                       "min": _r(per_seed.min()), "max": _r(per_seed.max())},
+        },
+    }
+
+
+def run(out: Path, folders: dict[int, Path], probe: str,
+        replicates: int = REPLICATES) -> dict:
+    """Aggregate the seeds in `folders` into `out/summary.json`, `report.md`, `seeds.png`."""
+    summary = {"probe": probe, "seeds": sorted(folders),
+               "bootstrap": {"replicates": replicates, "confidence": 0.95,
+                             "unit_seed": BOOTSTRAP_SEED, "seed_seed": SEED_BOOTSTRAP_SEED,
+                             "method": "percentile; per seed: units resampled; across seeds: "
+                                       "two-way (units x training seeds, pigeonhole)"},
+               "training": {}, "splits": {}}
+    for seed, folder in sorted(folders.items()):
+        result = json.loads((folder / "result.json").read_text())
+        summary["training"][str(seed)] = {
+            "best_timesteps": result["best"]["timesteps"],
+            "validation_mean_gap": _r(result["best"]["mean_gap"]),
+            "timesteps": result["timesteps"], "train_seconds": result["train_seconds"],
+            "resumed_from": result.get("resumed_from")}
+    for split in SPLITS:
+        scripted, learned = load_split(folders, split)
+        summary["splits"][split] = summarize_split(scripted, learned, split, replicates)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "report.md").write_text(report_markdown(summary, out.name))
+    figure(summary, out / "seeds.png")
+    print(table(summary["splits"]["regenerated"]), flush=True)
+    return summary
+
+
+def _interval(ci) -> str:
+    return f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def table(split: dict) -> str:
+    best = split["best_scripted"]
+    lines = [f"| seed | mean gap ($) | 95% CI | exact | vs {best} ($) | 95% CI |",
+             "|---:|---:|---|---:|---:|---|"]
+    for row in split["seeds"]:
+        lines.append(f"| {row['seed']} | {row['mean_gap']:.2f} | {_interval(row['mean_gap_ci'])} "
+                     f"| {100 * row['exact']:.1f}% | {row['vs_best_scripted']:+.2f} | "
+                     f"{_interval(row['vs_best_scripted_ci'])} |")
+    a = split["across_seeds"]
+    lines.append(f"| **all** | **{a['mean_gap']:.2f}** | {_interval(a['mean_gap_ci'])} | "
+                 f"{100 * a['exact']:.1f}% | **{a['vs_best_scripted']:+.2f}** | "
+                 f"{_interval(a['vs_best_scripted_ci'])} |")
+    return "\n".join(lines)
+
+
+def report_markdown(summary: dict, name: str) -> str:
+    lines = [f"# PPO across training seeds: {name}", "",
+             f"Probe arm `{summary['probe']}`, seeds {summary['seeds']}. Money in dollars; 95 % "
+             "intervals: per seed, units resampled; across seeds (`all`), units and training "
+             "seeds resampled independently (two-way bootstrap).", "",
+             "| seed | best model at (steps) | validation gap ($) | trained steps | train s | "
+             "resumed from |", "|---:|---:|---:|---:|---:|---:|"]
+    for seed, t in summary["training"].items():
+        lines.append(f"| {seed} | {t['best_timesteps']:,} | {t['validation_mean_gap']:.2f} | "
+                     f"{t['timesteps']:,} | {t['train_seconds']:.0f} | "
+                     f"{t['resumed_from'] if t['resumed_from'] is not None else '-'} |")
+    for split_name, split in summary["splits"].items():
+        a = split["across_seeds"]
+        lines += ["", f"## {split_name} ({split['units']} units)", "", table(split), "",
+                  f"- Probability of improvement over `{split['best_scripted']}` (share of "
+                  f"seeds with a lower mean gap): {a['probability_of_improvement']:.2f} "
+                  f"{_interval(a['probability_of_improvement_ci'])}; "
+                  f"{a['seeds_at_or_below_best_scripted']} of {len(split['seeds'])} seeds at or "
+                  "below it.",
+                  f"- Spread between seeds: sd ${a['spread']['std']:.2f}, range "
+                  f"${a['spread']['min']:.2f} to ${a['spread']['max']:.2f}.",
+                  f"- Exact rate across seeds {100 * a['exact']:.1f}% "
+                  f"[{100 * a['exact_ci'][0]:.1f}, {100 * a['exact_ci'][1]:.1f}], "
+                  f"{100 * a['exact_vs_best_scripted']:+.1f} points against "
+                  f"`{split['best_scripted']}`.", "",
+                  "| scripted policy | mean gap ($) | 95% CI |", "|---|---:|---|"]
+        for policy, s in split["scripted"].items():
+            lines.append(f"| {policy} | {s['mean_gap']:.2f} | {_interval(s['mean_gap_ci'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(summary: dict, path: Path) -> None:
+    """Each seed's mean gap (with its interval) per split; the arm's scripted policies as lines."""
+    plt = pyplot()
+    splits = summary["splits"]
+    fig, axes = plt.subplots(1, len(splits), figsize=(6.2 * len(splits), 4.2), squeeze=False)
+    for ax, (name, split) in zip(axes[0], splits.items()):
+        seeds = [row["seed"] for row in split["seeds"]]
+        x = np.arange(len(seeds))
+        means = np.array([row["mean_gap"] for row in split["seeds"]])
+        cis = np.array([row["mean_gap_ci"] for row in split["seeds"]])
+        ax.errorbar(x, means, yerr=[means - cis[:, 0], cis[:, 1] - means], fmt="o", color="C0",
+                    capsize=3, label="PPO, each seed")
+        a = split["across_seeds"]
+        ax.axhspan(*a["mean_gap_ci"], color="C0", alpha=0.12, label="PPO, all seeds (two-way CI)")
+        top = cis[:, 1].max()
+        shown = [(p, s) for p, s in split["scripted"].items()
+                 if is_unprivileged_scripted(p) and s["mean_gap"] <= 2 * top]
+        for i, (policy, s) in enumerate(shown):
+            ax.axhline(s["mean_gap"], color=f"C{i + 1}", linestyle="--", linewidth=1, label=policy)
+        ax.set_xticks(x, [str(s) for s in seeds])
+        ax.set_xlabel("training seed")
+        ax.set_ylabel("mean gap ($)")
+        ax.set_title(f"{name}, probe arm {summary['probe']}")
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

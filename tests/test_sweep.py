@@ -1,0 +1,166 @@
+"""`python -m train sweep` with the local backend: layout, aggregate, resume, reproducibility.
+(The Ray backend is in tests/test_ray.py; this module never imports Ray.)"""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from eval.grader import read_rows
+from train.__main__ import main as train_cli
+from train.ppo import PPOConfig, train
+from train.sweep import parse_seeds, prepare, sweep
+
+TINY = ["--timesteps", "2048", "--n-envs", "2", "--n-steps", "256", "--batch-size", "256",
+        "--n-epochs", "2", "--eval-every", "1024", "--validation-stride", "32",
+        "--checkpoint-every", "1024", "--final-seeds", "1"]
+TINY_CONFIG = PPOConfig(timesteps=2048, n_envs=2, n_steps=256, batch_size=256, n_epochs=2,
+                        eval_every=1024, validation_stride=32, checkpoint_every=1024,
+                        final_seeds=1)
+
+
+def parameters(path: Path) -> list[torch.Tensor]:
+    from stable_baselines3 import PPO
+    return [p.detach().clone() for p in PPO.load(path, device="cpu").policy.parameters()]
+
+
+def snapshot(folder: Path) -> dict:
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "sweep"
+    assert train_cli(["sweep", "--seeds", "0-1", "--workers", "2", "--out", str(out), *TINY]) == 0
+    return out
+
+
+def test_a_sweep_writes_every_seed_run_and_the_aggregate(swept, capsys):
+    assert json.loads((swept / "sweep.json").read_text())["seeds"] == [0, 1]
+    for seed in (0, 1):
+        run = swept / f"seed_{seed}"
+        config = json.loads((run / "config.json").read_text())
+        assert config["seed"] == seed and config["torch_threads"] == 1
+        for name in ("best_model.zip", "best.json", "validation.jsonl", "learning_curve.png",
+                     "result.json", "eval_public/summary.json", "eval_regenerated/summary.json"):
+            assert (run / name).is_file(), name
+        assert list((run / "tb").rglob("events.out.tfevents.*"))
+    summary = json.loads((swept / "summary.json").read_text())
+    assert summary["seeds"] == [0, 1] and set(summary["splits"]) == {"regenerated", "public"}
+    for split in summary["splits"].values():
+        assert split["best_scripted"] == "finality_gate"
+        assert [row["seed"] for row in split["seeds"]] == [0, 1]
+        a = split["across_seeds"]
+        # the across-seed mean is the mean of the seeds' means (same episodes for every seed)
+        assert a["mean_gap"] == pytest.approx(sum(r["mean_gap"] for r in split["seeds"]) / 2,
+                                              abs=1e-5)
+        assert a["mean_gap_ci"][0] <= a["mean_gap"] <= a["mean_gap_ci"][1]
+        assert a["vs_best_scripted"] == pytest.approx(
+            a["mean_gap"] - split["scripted"]["finality_gate"]["mean_gap"], abs=1e-5)
+        # a tiny run is far worse than the gate: no seed improves on it
+        assert a["probability_of_improvement"] == 0 and a["seeds_at_or_below_best_scripted"] == 0
+    # the per-seed numbers are those of the seed's own headline grading
+    own = json.loads((swept / "seed_1" / "eval_regenerated" / "summary.json").read_text())
+    spec = f"ppo:{(swept / 'seed_1').resolve() / 'best_model.zip'}"
+    assert summary["splits"]["regenerated"]["seeds"][1]["mean_gap"] == pytest.approx(
+        own["policies"][spec]["mean_gap"])
+    assert (swept / "seeds.png").read_bytes()[:4] == b"\x89PNG"
+    report = (swept / "report.md").read_text()
+    assert "| **all** |" in report and "Probability of improvement" in report
+
+
+def test_a_seed_trains_to_the_same_model_in_any_process(swept, tmp_path):
+    """Seed 1 trained in a sweep worker (spawned, beside seed 0) and here, in this process."""
+    config = PPOConfig(**{**TINY_CONFIG.__dict__, "seed": 1, "out": str(tmp_path / "again")})
+    train(config, grading_workers=1, label="again: ")
+    first, second = swept / "seed_1", tmp_path / "again"
+    for a, b in zip(parameters(first / "best_model.zip"), parameters(second / "best_model.zip")):
+        assert torch.equal(a, b)
+    assert (first / "validation.jsonl").read_text() == (second / "validation.jsonl").read_text()
+    mine = [{k: v for k, v in r.items() if k != "policy"}
+            for r in read_rows(second / "eval_regenerated" / "episodes.jsonl")]
+    theirs = [{k: v for k, v in r.items() if k != "policy"}
+              for r in read_rows(first / "eval_regenerated" / "episodes.jsonl")]
+    assert mine == theirs
+    # and a different seed does not
+    assert not all(torch.equal(a, b) for a, b in zip(
+        parameters(swept / "seed_0" / "checkpoints" / "ppo_2048_steps.zip"),
+        parameters(first / "checkpoints" / "ppo_2048_steps.zip")))
+
+
+def test_rerunning_a_finished_sweep_trains_nothing_and_adding_seeds_keeps_the_old(
+        swept, tmp_path, capfd):
+    import shutil
+    out = tmp_path / "sweep"
+    shutil.copytree(swept, out)
+    before = snapshot(out / "seed_0")
+    assert train_cli(["sweep", "--seeds", "0-1", "--out", str(out), *TINY]) == 0
+    assert "2 seeds (2 done)" in capfd.readouterr().out
+    assert snapshot(out / "seed_0") == before
+    # a seed killed before its first checkpoint starts again; one killed after it resumes
+    (out / "seed_1" / "result.json").unlink()
+    shutil.rmtree(out / "seed_1" / "checkpoints")
+    assert train_cli(["sweep", "--seeds", "1,2", "--out", str(out), *TINY]) == 0
+    assert json.loads((out / "sweep.json").read_text())["seeds"] == [0, 1, 2]
+    progress = capfd.readouterr().out  # the workers' lines: steps, steps/s, validation gap
+    assert re.search(r"^seed 2: +1,026 steps +[\d,]+ steps/s  validation gap \$[\d.]+", progress,
+                     re.MULTILINE), progress
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seeds"] == [0, 1, 2] and snapshot(out / "seed_0") == before
+    assert summary["training"]["1"]["resumed_from"] is None
+    fresh = json.loads((out / "seed_1" / "result.json").read_text())
+    assert fresh["best"] == json.loads((swept / "seed_1" / "result.json").read_text())["best"]
+
+
+def test_a_sweep_folder_keeps_its_recipe(swept, tmp_path, capsys):
+    import shutil
+    out = tmp_path / "sweep"
+    shutil.copytree(swept, out)
+    before = snapshot(out)
+    assert train_cli(["sweep", "--seeds", "0-1", "--out", str(out), *TINY[:-2],
+                      "--final-seeds", "2", "--ent-coef", "0.02"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {out} holds a sweep of another recipe (differs in ent_coef, "
+                            "final_seeds)") and len(error.splitlines()) == 1
+    assert snapshot(out) == before
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not empty and holds no sweep.json"):
+        prepare(TINY_CONFIG, (0,), stray)
+    assert [p.name for p in stray.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("3-1", "not a range"), ("a", "not a seed"), ("-2", "not a seed"), ("0-200", "at most 100"),
+])
+def test_bad_seed_lists_are_refused(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_seeds(text)
+
+
+def test_seed_lists():
+    assert parse_seeds("0-4") == (0, 1, 2, 3, 4)
+    assert parse_seeds("7, 0-2,1") == (0, 1, 2, 7)
+
+
+def test_bad_sweep_options_are_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="unknown backend 'slurm'"):
+        sweep(TINY_CONFIG, (0,), tmp_path / "a", backend="slurm")
+    with pytest.raises(ValueError, match="--workers must be >= 1"):
+        sweep(TINY_CONFIG, (0,), tmp_path / "b", workers=0)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_nothing_but_the_ray_backends_imports_ray():
+    code = ("import sys, finality_gym, agents, eval.__main__, train.__main__, train.sweep, "
+            "eval.seeds, eval.grader; "
+            "from train.__main__ import main; "
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]"
