@@ -65,7 +65,8 @@ def main() -> None:
           f"{cores} cores")
     rows = [("1 process, default threads", 1, None, {}),
             ("1 process, 1 thread", 1, 1, {}),
-            (f"{cores} processes, 1 thread each", cores, 1, {})]
+            (f"{cores} processes, 1 thread each", cores, 1, {}),
+            (f"{cores + 1} processes, 1 thread each", cores + 1, 1, {})]
     if args.variants:
         rows += [(f"{cores} x 1 thread, batch 1024", cores, 1, {"batch_size": 1024}),
                  (f"{cores} x 1 thread, 5 epochs", cores, 1, {"n_epochs": 5}),

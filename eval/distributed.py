@@ -12,7 +12,11 @@ import os
 from collections import deque
 from typing import Callable, Iterable, Iterator
 
-import ray
+try:
+    import ray
+except ImportError:
+    raise ImportError("--backend ray needs Ray: pip install -c constraints.txt -e '.[ray]' "
+                      "(make installs it)") from None
 
 
 def connect(log_to_driver: bool = False) -> None:
@@ -26,8 +30,6 @@ def connect(log_to_driver: bool = False) -> None:
     address = os.environ.get("RAY_ADDRESS")
     if not address:
         os.environ.setdefault("RAY_worker_niceness", "0")
-    if log_to_driver:  # progress lines differ only in their numbers: print every one
-        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     ray.init(address=address, include_dashboard=False, configure_logging=False,
              log_to_driver=log_to_driver)
 

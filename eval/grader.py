@@ -315,6 +315,9 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
     if not 1 <= workers <= MAX_WORKERS:
         raise ValueError(f"workers must lie in 1..{MAX_WORKERS} (4 per core: more processes "
                          f"than that only add overhead), got {workers}")
+    if _BACKEND[0] == "ray" and config.master_seed is not None:
+        raise ValueError("--backend ray does not grade the private split: its master seed "
+                         "would travel to every Ray worker (another machine's, on a cluster)")
     inputs = {spec: digest for spec in config.policies
               if (digest := input_identity(spec)) is not None}
     for spec in config.policies:  # fail now, not in a worker (an outside policy starts no

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 import ray
-import torch
 
 from eval.grader import RunConfig, grade, use_backend
 from train.__main__ import main as train_cli
 
-from test_sweep import TINY, parameters, snapshot
+from test_sweep import TINY, same_model, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.xdist_group("ray")
@@ -60,9 +59,8 @@ def test_a_ray_sweep_writes_what_a_local_sweep_writes(cluster, tmp_path, capsys)
     assert (comparable(json.loads((local / "summary.json").read_text()))
             == comparable(json.loads((remote / "summary.json").read_text())))
     for seed in (0, 1):
-        for a, b in zip(parameters(local / f"seed_{seed}" / "best_model.zip"),
-                        parameters(remote / f"seed_{seed}" / "best_model.zip")):
-            assert torch.equal(a, b)
+        assert same_model(local / f"seed_{seed}" / "best_model.zip",
+                          remote / f"seed_{seed}" / "best_model.zip")
     # Tune got every validation's metrics and a checkpoint from each trial
     trials = sorted((remote / "tune" / "seeds_0-1").glob("seed_*"))
     assert [t.name for t in trials] == ["seed_0", "seed_1"]
@@ -145,3 +143,14 @@ def test_the_eval_cli_grades_on_ray(cluster, tmp_path):
         use_backend("local")
     summary = json.loads((tmp_path / "h" / "summary.json").read_text())
     assert summary["policies"]["finality_gate"]["episodes"] == 321
+
+
+def test_the_private_split_is_not_graded_on_ray(cluster, tmp_path):
+    use_backend("ray")
+    try:
+        with pytest.raises(ValueError, match="does not grade the private split"):
+            grade(RunConfig(("finality_gate",), split="private", master_seed=7, seeds=(0,)),
+                  tmp_path / "private", progress=False)
+    finally:
+        use_backend("local")
+    assert not (tmp_path / "private").exists()

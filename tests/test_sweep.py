@@ -13,7 +13,7 @@ import torch
 from eval.grader import read_rows
 from train.__main__ import main as train_cli
 from train.ppo import PPOConfig, train
-from train.sweep import parse_seeds, prepare, sweep
+from train.sweep import check, parse_seeds, sweep
 
 TINY = ["--timesteps", "2048", "--n-envs", "2", "--n-steps", "256", "--batch-size", "256",
         "--n-epochs", "2", "--eval-every", "1024", "--validation-stride", "32",
@@ -26,6 +26,12 @@ TINY_CONFIG = PPOConfig(timesteps=2048, n_envs=2, n_steps=256, batch_size=256, n
 def parameters(path: Path) -> list[torch.Tensor]:
     from stable_baselines3 import PPO
     return [p.detach().clone() for p in PPO.load(path, device="cpu").policy.parameters()]
+
+
+def same_model(a: Path, b: Path) -> bool:
+    first, second = parameters(a), parameters(b)
+    assert len(first) == len(second) > 0
+    return all(torch.equal(x, y) for x, y in zip(first, second))
 
 
 def snapshot(folder: Path) -> dict:
@@ -78,8 +84,7 @@ def test_a_seed_trains_to_the_same_model_in_any_process(swept, tmp_path):
     config = PPOConfig(**{**TINY_CONFIG.__dict__, "seed": 1, "out": str(tmp_path / "again")})
     train(config, grading_workers=1, label="again: ")
     first, second = swept / "seed_1", tmp_path / "again"
-    for a, b in zip(parameters(first / "best_model.zip"), parameters(second / "best_model.zip")):
-        assert torch.equal(a, b)
+    assert same_model(first / "best_model.zip", second / "best_model.zip")
     assert (first / "validation.jsonl").read_text() == (second / "validation.jsonl").read_text()
     mine = [{k: v for k, v in r.items() if k != "policy"}
             for r in read_rows(second / "eval_regenerated" / "episodes.jsonl")]
@@ -87,9 +92,8 @@ def test_a_seed_trains_to_the_same_model_in_any_process(swept, tmp_path):
               for r in read_rows(first / "eval_regenerated" / "episodes.jsonl")]
     assert mine == theirs
     # and a different seed does not
-    assert not all(torch.equal(a, b) for a, b in zip(
-        parameters(swept / "seed_0" / "checkpoints" / "ppo_2048_steps.zip"),
-        parameters(first / "checkpoints" / "ppo_2048_steps.zip")))
+    assert not same_model(swept / "seed_0" / "checkpoints" / "ppo_2048_steps.zip",
+                          first / "checkpoints" / "ppo_2048_steps.zip")
 
 
 def test_rerunning_a_finished_sweep_trains_nothing_and_adding_seeds_keeps_the_old(
@@ -116,6 +120,51 @@ def test_rerunning_a_finished_sweep_trains_nothing_and_adding_seeds_keeps_the_ol
     assert fresh["best"] == json.loads((swept / "seed_1" / "result.json").read_text())["best"]
 
 
+def _validations(run: Path) -> list[int]:
+    return [json.loads(line)["timesteps"] for line in
+            (run / "validation.jsonl").read_text().splitlines()]
+
+
+def test_seeds_killed_after_a_checkpoint_resume_from_it(swept, tmp_path):
+    """Seed 0 killed after its last checkpoint, before the final validation (and a checkpoint
+    cut short beside it); seed 1 killed between its two checkpoints."""
+    import shutil
+    out = tmp_path / "sweep"
+    shutil.copytree(swept, out)
+    zero, one = out / "seed_0", out / "seed_1"
+    for run in (zero, one):
+        (run / "result.json").unlink()
+        lines = (run / "validation.jsonl").read_text().splitlines()
+        (run / "validation.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    (zero / "checkpoints" / "ppo_4096_steps.zip").write_bytes(b"PK\x03\x04 torn")
+    (one / "checkpoints" / "ppo_2048_steps.zip").unlink()
+    assert _validations(zero)[-1] < 2048
+    assert train_cli(["sweep", "--seeds", "0-1", "--out", str(out), *TINY]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["training"]["0"]["resumed_from"] == 2048  # the torn 4096 was passed over
+    assert summary["training"]["1"]["resumed_from"] == 1024
+    assert _validations(zero)[-1] == 2048  # the missed final validation, run on resume
+    for run in (zero, one):
+        assert json.loads((run / "result.json").read_text())["timesteps"] == 2048
+        assert (run / "eval_regenerated" / "summary.json").is_file()
+
+
+def test_a_seed_being_trained_elsewhere_is_refused(swept, tmp_path, capfd):
+    import shutil
+
+    from eval.grader import writer_lock
+    out = tmp_path / "sweep"
+    shutil.copytree(swept, out)
+    (out / "seed_1" / "result.json").unlink()
+    before = snapshot(out / "seed_1")
+    with writer_lock(out / "seed_1"):  # as a killed sweep's orphaned worker would hold it
+        assert train_cli(["sweep", "--seeds", "0-1", "--out", str(out), *TINY]) == 2
+    error = capfd.readouterr().err
+    assert f"{(out / 'seed_1').resolve()} is being written by another run" in error
+    assert {p: v for p, v in snapshot(out / "seed_1").items() if p.name != ".lock"} == {
+        p: v for p, v in before.items() if p.name != ".lock"}
+
+
 def test_a_sweep_folder_keeps_its_recipe(swept, tmp_path, capsys):
     import shutil
     out = tmp_path / "sweep"
@@ -131,12 +180,14 @@ def test_a_sweep_folder_keeps_its_recipe(swept, tmp_path, capsys):
     stray.mkdir()
     (stray / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not empty and holds no sweep.json"):
-        prepare(TINY_CONFIG, (0,), stray)
+        check(TINY_CONFIG, (0,), stray)
     assert [p.name for p in stray.iterdir()] == ["notes.txt"]
 
 
 @pytest.mark.parametrize("text, message", [
     ("3-1", "not a range"), ("a", "not a seed"), ("-2", "not a seed"), ("0-200", "at most 100"),
+    ("0-99999999999", "not a range of seeds in 0..2"), ("0-60,100-160", "at most 100"),
+    (str(2**32), "not a range of seeds in 0..2"),
 ])
 def test_bad_seed_lists_are_refused(text, message):
     with pytest.raises(ValueError, match=message):
@@ -164,3 +215,19 @@ def test_nothing_but_the_ray_backends_imports_ray():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]"
+
+
+def test_without_ray_the_ray_backends_are_a_clear_error_that_writes_nothing(tmp_path):
+    out = tmp_path / "sweep"
+    code = ("import sys; sys.modules['ray'] = None\n"  # an installation without the extra
+            "from train.__main__ import main as train\n"
+            "from eval.__main__ import main as evaluate\n"
+            f"print(train(['sweep', '--backend', 'ray', '--out', {str(out)!r}]))\n"
+            f"print(evaluate(['headline', '--backend', 'ray', '--out', {str(out)!r}]))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert run.stdout.split() == ["2", "2"], run.stderr
+    errors = run.stderr.splitlines()
+    assert len(errors) == 2 and all(e.startswith("error: --backend ray needs Ray") and
+                                    "'.[ray]'" in e for e in errors), errors
+    assert not out.exists()

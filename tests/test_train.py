@@ -142,7 +142,8 @@ def test_resume_needs_a_run_folder(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--timesteps", "0"], "timesteps must be >= 1, got 0"),
-    (["--seed", "-1"], "seed must be >= 0"),
+    (["--seed", "-1"], "seed must lie in 0..2**32-1"),
+    (["--seed", str(2**32)], "seed must lie in 0..2**32-1"),
     (["--n-envs", "0"], "n_envs must be >= 1"),
     (["--n-steps", "1", "--n-envs", "1"], "n_steps * n_envs must be >= 2"),
     (["--batch-size", "1"], "batch_size must be >= 2"),

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = config_from(args, defaults, args.seed, args.out)
         result = train(config, resume=args.resume)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, ImportError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"trained {result['timesteps']} steps in {result['train_seconds']} s; best validation "

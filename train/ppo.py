@@ -27,8 +27,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shutil
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,8 +88,8 @@ class PPOConfig:
                      "validation_stride", "checkpoint_every", "final_seeds", "torch_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must lie in 0..2**32-1, got {self.seed}")
         # SB3 and torch refuse these only once the run folder is written, some with a traceback
         if not 0 < self.learning_rate < math.inf:
             raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate}")
@@ -166,8 +168,8 @@ class ValidationCallback(BaseCallback):
             f.write(json.dumps({"timesteps": self.num_timesteps, **result}) + "\n")
         if result["mean_gap"] < self.best["mean_gap"]:
             self.best = {"timesteps": self.num_timesteps, **result}
-            self.model.save(self.out / "best_model.zip")
-            (self.out / "best.json").write_text(json.dumps(self.best, indent=2) + "\n")
+            save_model(self.model, self.out / "best_model.zip")
+            write_atomic(self.out / "best.json", json.dumps(self.best, indent=2) + "\n")
         steps, started = self.clock
         now = time.perf_counter()
         rate = (self.num_timesteps - steps) / max(now - started, 1e-9)
@@ -209,9 +211,24 @@ def algorithm(config: PPOConfig):
     return PPO
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """A file that a killed process leaves whole or not at all."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def save_model(model, path: Path) -> None:
+    partial = path.with_name(path.stem + ".partial.zip")
+    model.save(partial)
+    os.replace(partial, path)
+
+
 def latest_checkpoint(out: Path) -> Path | None:
-    """The checkpoint with the most steps (`checkpoints/ppo_<steps>_steps.zip`)."""
-    candidates = list((out / "checkpoints").glob("ppo_*_steps.zip"))
+    """The checkpoint with the most steps (`checkpoints/ppo_<steps>_steps.zip`); one cut short
+    by a killed process (not a whole zip) does not count."""
+    candidates = [p for p in (out / "checkpoints").glob("ppo_*_steps.zip")
+                  if zipfile.is_zipfile(p)]
     return max(candidates, key=lambda p: int(p.stem.split("_")[1])) if candidates else None
 
 
@@ -224,10 +241,17 @@ def starting_checkpoint(out: Path, resume: bool) -> Path | None:
         if checkpoint is None:
             raise FileNotFoundError(f"--resume: no checkpoint in {out / 'checkpoints'}")
         return checkpoint
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and (not out.is_dir() or any(p.name != ".lock" for p in out.iterdir())):
         raise ValueError(f"{out} is not an empty folder: pass --resume to continue the run in "
                          "it, or pick an empty folder")
     return None
+
+
+def last_validated(out: Path) -> int | None:
+    """The step of the last validation recorded in `out`."""
+    path = out / "validation.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return json.loads(lines[-1])["timesteps"] if lines else None
 
 
 def seed_everything(config: PPOConfig) -> None:
@@ -252,6 +276,9 @@ def train(config: PPOConfig, resume: bool = False, grading_workers: int = 2, lab
     if checkpoint is not None:
         model = cls.load(checkpoint, env=envs, device="cpu", tensorboard_log=str(out / "tb"))
         resumed_from = model.num_timesteps
+        # `load` reseeds everything from `config.seed`: a resumed run would replay the task
+        # stream of its first steps
+        model.set_random_seed(config.seed + model.num_timesteps)
         print(f"{label}resuming {checkpoint} at {model.num_timesteps} steps", flush=True)
     else:
         out.mkdir(parents=True, exist_ok=True)
@@ -267,18 +294,21 @@ def train(config: PPOConfig, resume: bool = False, grading_workers: int = 2, lab
                            str(out / "checkpoints"), name_prefix="ppo"),
         ValidationCallback(config, out, label, report)])
     remaining = config.timesteps - model.num_timesteps
-    if remaining > 0:
-        model.learn(total_timesteps=remaining, callback=callbacks, tb_log_name="PPO",
+    learned = remaining > 0 or last_validated(out) != model.num_timesteps
+    if learned:
+        # with nothing left to train (a run killed after its last checkpoint), a learn of no
+        # steps still runs the final validation the killed run may have missed
+        model.learn(total_timesteps=max(remaining, 0), callback=callbacks, tb_log_name="PPO",
                     reset_num_timesteps=checkpoint is None, progress_bar=False)
-    model.save(out / "checkpoints" / f"ppo_{model.num_timesteps}_steps.zip")
+    save_model(model, out / "checkpoints" / f"ppo_{model.num_timesteps}_steps.zip")
     train_seconds = time.perf_counter() - started
     learning_curve(out)
-    final_grading(config, fresh=remaining > 0, workers=grading_workers, echo=not label)
+    final_grading(config, fresh=learned, workers=grading_workers, echo=not label)
     result = {"timesteps": model.num_timesteps, "train_seconds": round(train_seconds, 1),
               "total_seconds": round(time.perf_counter() - started, 1),
               "resumed_from": resumed_from,
               "best": json.loads((out / "best.json").read_text())}
-    (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_atomic(out / "result.json", json.dumps(result, indent=2) + "\n")
     return result
 
 

@@ -17,11 +17,21 @@ Only `python -m train sweep --backend ray` imports this module (and Ray).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
 
-from ray import tune
+# Progress lines of different seeds differ only in their numbers: Ray would fold them into one
+# ("repeated 5x across cluster"). Ray reads this when it is imported.
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+try:
+    import ray
+    from ray import tune
+except ImportError:
+    raise ImportError("--backend ray needs Ray Tune: pip install -c constraints.txt -e '.[ray]' "
+                      "(make installs it)") from None
 
 from eval.distributed import connect
 
@@ -61,28 +71,53 @@ def trial_folder(trial) -> str:
     return f"seed_{trial.config['seed']}"
 
 
+def experiment_name(configs: list[PPOConfig]) -> str:
+    label = seeds_label(sorted(c.seed for c in configs))
+    if len(label) > 80:  # a folder name has at most 255 bytes
+        label = hashlib.sha256(label.encode()).hexdigest()[:16]
+    return f"seeds_{label}"
+
+
+def new_tuner(trainable, configs: list[PPOConfig], storage: str, name: str, workers: int):
+    return tune.Tuner(
+        trainable,
+        param_space={"seed": tune.grid_search([c.seed for c in configs])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=workers,
+                                    trial_dirname_creator=trial_folder),
+        run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0,
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
+
+
+def fit(tuner) -> None:
+    failed = [r for r in tuner.fit() if r.error is not None]
+    if failed:
+        raise RuntimeError(f"{len(failed)} Tune trial(s) failed; the first: {failed[0].error}")
+
+
 def run_ray(configs: list[PPOConfig], out: Path, workers: int) -> None:
     connect(log_to_driver=True)  # the trials' progress lines, prefixed by Ray
-    storage = str((out / "tune").resolve())
-    name = f"seeds_{seeds_label(sorted(c.seed for c in configs))}"
     threads = configs[0].torch_threads
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if threads > cpus:  # a trial would wait for its CPUs forever
+        raise ValueError(f"--torch-threads {threads}: a trial needs that many CPUs and the Ray "
+                         f"cluster has {cpus:g}")
+    storage = str((out / "tune").resolve())
+    name = experiment_name(configs)
     trainable = tune.with_resources(
         tune.with_parameters(trial, configs={c.seed: c.to_json() for c in configs}),
         {"cpu": threads})
     path = os.path.join(storage, name)
     if tune.Tuner.can_restore(path):
-        print(f"resuming the Tune experiment {path}", flush=True)
-        tuner = tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True)
+        print(f"resuming the Tune experiment {path} (its --workers as first given)", flush=True)
+        fit(tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True))
     else:
-        tuner = tune.Tuner(
-            trainable,
-            param_space={"seed": tune.grid_search([c.seed for c in configs])},
-            tune_config=tune.TuneConfig(max_concurrent_trials=workers,
-                                        trial_dirname_creator=trial_folder),
-            run_config=tune.RunConfig(
-                name=name, storage_path=storage, verbose=0,
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
-    results = tuner.fit()
-    failed = [r for r in results if r.error is not None]
-    if failed:
-        raise RuntimeError(f"{len(failed)} Tune trial(s) failed; the first: {failed[0].error}")
+        fit(new_tuner(trainable, configs, storage, name, workers))
+    # Tune does not run a finished trial again: a seed whose folder was deleted since gets an
+    # experiment of its own
+    missing = [c for c in configs if not (Path(c.out) / "result.json").exists()]
+    if missing:
+        again = next(f"{name}_again{k}" for k in range(1, 10**6)
+                     if not os.path.exists(os.path.join(storage, f"{name}_again{k}")))
+        print(f"seeds {seeds_label([c.seed for c in missing])} have no result: training them "
+              f"in the Tune experiment {again}", flush=True)
+        fit(new_tuner(trainable, missing, storage, again, workers))

@@ -29,8 +29,9 @@ import shutil
 from pathlib import Path
 
 from eval import seeds as aggregate
+from eval.grader import writer_lock
 
-from .ppo import PPOConfig, latest_checkpoint, train
+from .ppo import PPOConfig, latest_checkpoint, train, write_atomic
 
 BACKENDS = ("local", "ray")
 MAX_SEEDS = 100
@@ -46,11 +47,15 @@ def parse_seeds(text: str) -> tuple[int, ...]:
         except ValueError:
             raise ValueError(f"--seeds: {part.strip()!r} is not a seed or a range like "
                              "0-9") from None
-        if first < 0 or last < first:
-            raise ValueError(f"--seeds: {part.strip()!r} is not a range of non-negative seeds")
+        if first < 0 or last < first or last >= 2**32:
+            raise ValueError(f"--seeds: {part.strip()!r} is not a range of seeds in "
+                             "0..2**32-1")
+        if last - first + 1 > MAX_SEEDS:
+            raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds, got {last - first + 1} "
+                             f"in {part.strip()!r}")
         seeds.update(range(first, last + 1))
-    if len(seeds) > MAX_SEEDS:
-        raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds, got {len(seeds)}")
+        if len(seeds) > MAX_SEEDS:
+            raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds, got more in {text!r}")
     return tuple(sorted(seeds))
 
 
@@ -70,12 +75,12 @@ def seed_config(base: PPOConfig, out: Path, seed: int) -> PPOConfig:
     return dataclasses.replace(base, seed=seed, out=str(seed_folder(out, seed).resolve()))
 
 
-def prepare(base: PPOConfig, seeds: tuple[int, ...], out: Path) -> tuple[int, ...]:
-    """Pin the recipe in `out/sweep.json` (or check it against the one there) and return every
-    seed of the sweep: those already there and the new ones."""
+def check(base: PPOConfig, seeds: tuple[int, ...], out: Path) -> tuple[int, ...]:
+    """Every seed of the sweep in `out` (those there and the new ones), or an error if `out`
+    holds something else; writes nothing."""
+    path = out / "sweep.json"
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder")
-    path = out / "sweep.json"
     wanted = recipe(base)
     known: tuple[int, ...] = ()
     if path.exists():
@@ -89,26 +94,35 @@ def prepare(base: PPOConfig, seeds: tuple[int, ...], out: Path) -> tuple[int, ..
             diff = sorted(k for k in wanted.keys() | saved.keys() if saved.get(k) != wanted.get(k))
             raise ValueError(f"{out} holds a sweep of another recipe (differs in "
                              f"{', '.join(diff)}); use another --out folder")
-    elif out.exists() and any(out.iterdir()):
+    elif out.exists() and any(p.name != ".lock" for p in out.iterdir()):
         raise ValueError(f"{out} is not empty and holds no sweep.json; pick an empty folder")
-    every = tuple(sorted(set(known) | set(seeds)))
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"recipe": wanted, "seeds": list(every)}, indent=2) + "\n")
-    return every
+    return tuple(sorted(set(known) | set(seeds)))
+
+
+def pin(base: PPOConfig, every: tuple[int, ...], out: Path) -> None:
+    """Write the recipe and the seeds to `out/sweep.json`."""
+    write_atomic(out / "sweep.json",
+                 json.dumps({"recipe": recipe(base), "seeds": list(every)}, indent=2) + "\n")
 
 
 def train_seed(config: PPOConfig, report=None) -> dict:
     """One seed's whole run, resuming whatever an interrupted sweep left of it; its result.
     Runs in a worker process (local) or a Tune trial (ray)."""
     out = Path(config.out)
-    done = out / "result.json"
-    if done.exists():
-        return json.loads(done.read_text())
-    resume = latest_checkpoint(out) is not None
-    if not resume and out.exists():
-        shutil.rmtree(out)  # started, but killed before its first checkpoint: start again
-    return train(config, resume=resume, grading_workers=1, label=f"seed {config.seed}: ",
-                 report=report)
+    out.mkdir(parents=True, exist_ok=True)
+    # A second process on the same seed (a killed sweep's orphaned worker still training, a
+    # sweep started twice) is refused rather than trained over.
+    with writer_lock(out):
+        done = out / "result.json"
+        if done.exists():
+            return json.loads(done.read_text())
+        resume = latest_checkpoint(out) is not None
+        if not resume:  # started, but killed before its first checkpoint: start again
+            for path in out.iterdir():
+                if path.name != ".lock":
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return train(config, resume=resume, grading_workers=1, label=f"seed {config.seed}: ",
+                     report=report)
 
 
 def run_local(configs: list[PPOConfig], workers: int) -> None:
@@ -132,7 +146,17 @@ def sweep(base: PPOConfig, seeds: tuple[int, ...], out: Path, backend: str = "lo
         workers = max(1, min(len(seeds), (os.cpu_count() or 1) // base.torch_threads))
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
-    every = prepare(base, seeds, out)
+    if backend == "ray":  # no Ray: an error now, before anything is written
+        from . import ray_backend  # noqa: F401
+    every = check(base, seeds, out)
+    out.mkdir(parents=True, exist_ok=True)
+    with writer_lock(out):
+        pin(base, every, out)
+        return _sweep(base, every, out, backend, workers)
+
+
+def _sweep(base: PPOConfig, every: tuple[int, ...], out: Path, backend: str,
+           workers: int) -> dict:
     configs = [seed_config(base, out, s) for s in every]
     todo = [c for c in configs if not (Path(c.out) / "result.json").exists()]
     print(f"sweep {out}: {len(every)} seeds ({len(every) - len(todo)} done), backend {backend}, "
