@@ -210,7 +210,10 @@ def figure(summary: dict, path: Path) -> None:
     """Each seed's mean gap (with its interval) per split; the arm's scripted policies as lines."""
     plt = pyplot()
     splits = summary["splits"]
-    fig, axes = plt.subplots(1, len(splits), figsize=(6.2 * len(splits), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(splits), figsize=(6.2 * len(splits) + 2, 4.2),
+                             squeeze=False)
+    names = sorted({p for split in splits.values() for p in split["scripted"]})
+    colours = {p: f"C{i + 1}" for i, p in enumerate(names)}
     for ax, (name, split) in zip(axes[0], splits.items()):
         seeds = [row["seed"] for row in split["seeds"]]
         x = np.arange(len(seeds))
@@ -223,13 +226,15 @@ def figure(summary: dict, path: Path) -> None:
         top = cis[:, 1].max()
         shown = [(p, s) for p, s in split["scripted"].items()
                  if is_unprivileged_scripted(p) and s["mean_gap"] <= 2 * top]
-        for i, (policy, s) in enumerate(shown):
-            ax.axhline(s["mean_gap"], color=f"C{i + 1}", linestyle="--", linewidth=1, label=policy)
+        for policy, s in shown:  # one colour per policy in both panels
+            ax.axhline(s["mean_gap"], color=colours[policy], linestyle="--", linewidth=1,
+                       label=policy)
         ax.set_xticks(x, [str(s) for s in seeds])
         ax.set_xlabel("training seed")
         ax.set_ylabel("mean gap ($)")
         ax.set_title(f"{name}, probe arm {summary['probe']}")
-        ax.legend(fontsize=7, loc="best")
+        ax.set_ylim(bottom=0)
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
