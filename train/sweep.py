@@ -12,10 +12,12 @@ process runs torch with `torch_threads` threads (1 by default), so a seed trains
 model whichever backend, worker or machine load it lands on.
 
 Re-running a sweep into its folder resumes it: a seed with a `result.json` is done and left
-alone, a seed with checkpoints resumes from its last one (SB3 checkpoints do not hold the
+alone, a seed with checkpoints resumes from its last whole one (SB3 checkpoints do not hold the
 rollout and generator state, so such a seed is no longer bit-identical to an uninterrupted run;
 its `result.json` says where it resumed), a seed folder with no checkpoint starts again. The
-recipe must be the one the folder was started with; more seeds may be added.
+recipe must be the one the folder was started with; more seeds may be added. The sweep folder
+and every seed folder hold a `.lock` while written: a second sweep on the folder, or a killed
+sweep's worker still training a seed, is refused by name instead of trained over.
 """
 
 from __future__ import annotations
