@@ -25,20 +25,12 @@ from agents import is_unprivileged_scripted
 
 from .grader import read_rows
 from .report import pyplot
-from .stats import (REPLICATES, SeedUnitSums, UnitSums, difference_interval,
-                    improvement_probability, percentile_interval, seed_resample_counts)
-from .summary import BOOTSTRAP_SEED, Units, by_policy
+from .stats import (REPLICATES, SeedUnitSums, difference_interval, improvement_probability,
+                    percentile_interval, seed_resample_counts)
+from .summary import BOOTSTRAP_SEED, Units, _ci, _r, by_policy
 
 SPLITS = ("regenerated", "public")
 SEED_BOOTSTRAP_SEED = BOOTSTRAP_SEED + 1
-
-
-def _r(x: float) -> float:
-    return round(float(x), 6)
-
-
-def _ci(interval) -> list[float]:
-    return [_r(interval[0]), _r(interval[1])]
 
 
 def learned_spec(policies) -> str:
@@ -89,13 +81,9 @@ def summarize_split(scripted: dict[str, list[dict]], learned: dict[int, list[dic
     best = min(candidates, key=lambda p: (gaps[p].value, p))
     ref = gaps[best]
 
-    def exact(rows):
-        units = np.array([frame.unit_of[r["task_id"]] for r in rows], dtype=int)
-        return UnitSums.of(units, np.array([r["gap"] == 0 for r in rows], dtype=float), frame.n)
-
-    ref_exact = exact(scripted[best])
+    ref_exact = frame.exact(scripted[best])
     per_seed_gap = [frame.gap(learned[s]) for s in seeds]
-    per_seed_exact = [exact(learned[s]) for s in seeds]
+    per_seed_exact = [frame.exact(learned[s]) for s in seeds]
     table = []
     for seed, gap, ex in zip(seeds, per_seed_gap, per_seed_exact):
         table.append({"seed": seed, "mean_gap": _r(gap.value),

@@ -62,8 +62,15 @@ class Units:
 
     def gap(self, rows: list[dict]) -> UnitSums:
         """Mean gap in dollars as per-unit sums."""
+        return self._sums(rows, np.array([r["gap"] for r in rows], dtype=float) / 100)
+
+    def exact(self, rows: list[dict]) -> UnitSums:
+        """Exact rate as per-unit sums."""
+        return self._sums(rows, np.array([r["gap"] == 0 for r in rows], dtype=float))
+
+    def _sums(self, rows: list[dict], values: np.ndarray) -> UnitSums:
         units = np.array([self.unit_of[r["task_id"]] for r in rows], dtype=int)
-        return UnitSums.of(units, np.array([r["gap"] for r in rows], dtype=float) / 100, self.n)
+        return UnitSums.of(units, values, self.n)
 
 
 def by_policy(rows: list[dict]) -> dict[str, list[dict]]:
