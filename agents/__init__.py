@@ -1,10 +1,15 @@
-"""Policies behind one interface: the nine of docs/world.md section 9, the floors, and an adapter that
-runs any Gymnasium-observation policy (for example a saved stable-baselines3 model) through the
-same runner as every scripted policy."""
+"""Every policy of the project behind one interface: the nine of docs/world.md section 9, the
+floors, learned policies (any Gymnasium-observation policy, for example a saved
+stable-baselines3 model), language models and outside policies. The interface itself and the one
+runner live in the installed package (`finality_gym.policy`), so a policy written anywhere can
+import them; they are re-exported here for the project's own code."""
 
-from .base import Brief, GiveUp, Policy, Privilege
-from .registry import FLOORS, HEADLINE, is_unprivileged_scripted, make_policy
-from .runner import brief_for, run_episode
+from finality_gym.policy import (Brief, GiveUp, Policy, PolicyError, Privilege, brief_for, play,
+                                 run_episode)
 
-__all__ = ["FLOORS", "HEADLINE", "Brief", "GiveUp", "Policy", "Privilege", "brief_for",
-           "is_unprivileged_scripted", "make_policy", "run_episode"]
+from .registry import FLOORS, is_unprivileged_scripted, make_policy
+from .spec import PolicySpec, split_specs
+
+__all__ = ["FLOORS", "Brief", "GiveUp", "Policy", "PolicyError", "PolicySpec", "Privilege",
+           "brief_for", "is_unprivileged_scripted", "make_policy", "play", "run_episode",
+           "split_specs"]

@@ -8,9 +8,14 @@ grader's process; a case that takes longer than `timeout_s` (wall time, the poli
 case; 10 s, or the environment variable FINALITY_POLICY_TIMEOUT) kills the host and is an error
 naming the policy.
 
-`code_identity(spec)` is the SHA-256 of the file that holds the class, found without importing
-it (importing would run the submitter's code in the grader): a run's manifest pins it, so a
-resume with changed code is refused. Only that file is hashed, not what it imports.
+The grader pins the SHA-256 of the file that holds the class (`PolicySpec.source()`, found
+without importing it: importing would run the submitter's code in the grader) in the run's
+manifest, so a resume with changed code is refused. Only that file is hashed, not what it
+imports. The host is handed that path and hash and runs nothing else (`agents/host.py`).
+
+Code that does not load (a syntax error, a missing class, a privileged one, another file than
+the hashed one) is a `PolicyLoadError`: `preflight()` raises it before the first case, so it is
+never blamed on a task.
 """
 
 from __future__ import annotations
@@ -23,62 +28,43 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from .base import Brief, Call, Policy, PolicyError
+from finality_gym.policy import Brief, Call, Policy, PolicyError
 
-ROOT = Path(__file__).resolve().parents[1]
+from .spec import ROOT, PolicySpec
+
 STARTUP_S = 60.0
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "OPENBLAS_CORETYPE",
                "OPENBLAS_L2_SIZE")
 EPISODE_TIMEOUT_S = 10.0
+_TEXT = 500  # the most characters of the policy's process's words that reach a message
 
 
-def is_external(spec: str) -> bool:
-    """`FILE.py:CLASS` or `MODULE:CLASS` (a dotted or a top-level module); the project's own
-    names (`sop:...`, `plan:...`, `ppo:...`) are never outside policies."""
-    from .registry import BUILTIN
-    target, colon, cls = spec.partition(":")
-    if not colon or not cls.isidentifier() or target in BUILTIN:
-        return False
-    return target.endswith(".py") or "/" in target or all(
-        p.isidentifier() for p in target.split("."))
-
-
-def source_file(target: str) -> Path:
-    """The file behind a target: the path itself, or the module's file on `sys.path` (the
-    repository root first), looked up without importing anything."""
-    if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_file():
-            raise ValueError(f"no policy file {target}")
-        return path
-    parts = target.split(".")
-    for entry in [str(ROOT), os.getcwd(), *sys.path]:
-        base = Path(entry or ".").joinpath(*parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return candidate
-    raise ValueError(f"no module {target!r} on the path (give a file path ending in .py, or a "
-                     "module importable from the repository root)")
-
-
-def code_identity(spec: str) -> str:
-    return hashlib.sha256(source_file(spec.partition(":")[0]).read_bytes()).hexdigest()
+class PolicyLoadError(PolicyError):
+    """The policy's code could not be loaded: no case was played, so no task is to blame. The
+    message starts with "{spec} could not be loaded:"."""
 
 
 class ExternalPolicy(Policy):
-    def __init__(self, spec: str, timeout_s: float | None = None):
-        self.name = spec
-        self.target, _, self.cls = spec.partition(":")
-        source_file(self.target)  # a missing file or module fails now, in the grader's words
+    def __init__(self, spec: PolicySpec, timeout_s: float | None = None):
+        self.name = str(spec)
+        self.target, self.cls = spec.target, spec.arguments
+        self.source = spec.source()  # a missing file or module fails now, in the grader's words
+        self.digest = hashlib.sha256(self.source.read_bytes()).hexdigest()
         self.timeout_s = timeout_s if timeout_s is not None else float(
             os.environ.get("FINALITY_POLICY_TIMEOUT", EPISODE_TIMEOUT_S))
+        self.policy_name: str | None = None  # the class's own `name`, once its process is up
         self.proc: subprocess.Popen | None = None
         self._buffer = b""
         self._active = False
 
     # ----------------------------------------------------------------- the process
+    def preflight(self) -> None:
+        """Start the policy's process and close it again: code that does not load is a
+        `PolicyLoadError` before any case, not a failure on whichever task came first."""
+        self._start()
+        self.close()
+
     def _start(self) -> None:
         # A bare environment: nothing of the grader's (API keys, operators' variables) reaches
         # the policy's process.
@@ -86,13 +72,18 @@ class ExternalPolicy(Policy):
         env["PYTHONPATH"] = os.pathsep.join(
             [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agents.host", self.target, self.cls], cwd=os.getcwd(),
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+            [sys.executable, "-m", "agents.host", self.target, self.cls, str(self.source),
+             self.digest], cwd=os.getcwd(), env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, start_new_session=True)
         self._buffer = b""
-        message = self._read(time.monotonic() + STARTUP_S, "starting")
-        if "ready" not in message:
+        message = self._read(time.monotonic() + STARTUP_S, None)
+        if not isinstance(message.get("ready"), str):
             self.close()
-            raise PolicyError(f"{self.name} could not be loaded: {message.get('error')}")
+            raise self._unloadable(message.get("unloadable", f"it said {message!r}"))
+        self.policy_name = message["ready"][:_TEXT]
+
+    def _unloadable(self, why) -> PolicyLoadError:
+        return PolicyLoadError(f"{self.name} could not be loaded: {str(why)[:_TEXT]}")
 
     def close(self) -> None:
         if self.proc is not None:
@@ -117,25 +108,36 @@ class ExternalPolicy(Policy):
             self.close()
             raise PolicyError(f"{self.name}'s process died") from None
 
-    def _read(self, deadline: float, doing: str) -> dict:
+    def _read(self, deadline: float, doing: str | None) -> dict:
+        """The next message of the policy's process. Silence past `deadline`, an exit or a
+        line that is not a JSON object closes the process and raises; while `doing` is None
+        (it is starting, no case has begun) as a `PolicyLoadError`."""
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                self.close()
-                raise PolicyError(f"{self.name} exceeded its time limit while {doing} "
-                                  f"({self.timeout_s:g} s a case, {STARTUP_S:g} s to start)")
+                raise self._broken(doing, f"its process did not start within {STARTUP_S:g} s",
+                                   f"{self.name} exceeded its time limit of {self.timeout_s:g} s "
+                                   "a case (set FINALITY_POLICY_TIMEOUT to change it)")
             chunk = os.read(fd, 65536)
             if not chunk:
-                self.close()
-                raise PolicyError(f"{self.name}'s process exited while {doing}")
+                raise self._broken(doing, "its process exited while starting",
+                                   f"{self.name}'s process exited while {doing}")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         try:
-            return json.loads(line)
+            message = json.loads(line)
         except json.JSONDecodeError:
-            self.close()
-            raise PolicyError(f"{self.name} broke the protocol: {line[:120]!r}") from None
+            message = None
+        if not isinstance(message, dict):
+            raise self._broken(doing, f"its process broke the protocol: {line[:120]!r}",
+                               f"{self.name} broke the protocol: {line[:120]!r}")
+        return message
+
+    def _broken(self, doing: str | None, starting: str, playing: str) -> PolicyError:
+        """Close the process; the error to raise, a `PolicyLoadError` while it was starting."""
+        self.close()
+        return self._unloadable(starting) if doing is None else PolicyError(playing)
 
     # ----------------------------------------------------------------- the policy interface
     def reset(self, brief: Brief) -> None:
@@ -155,14 +157,21 @@ class ExternalPolicy(Policy):
             self._send({"result": result})
         self._started = True
         message = self._read(self._deadline, "playing a case")
+        if "unloadable" in message:  # its code changed under it since `_start`
+            self.close()
+            raise self._unloadable(message["unloadable"])
         if "error" in message:
             self._active = False
-            last = (message["error"].strip() or "failed").splitlines()[-1]
-            raise PolicyError(last.removeprefix("agents.base.PolicyError: "))
+            raise PolicyError(str(message["error"])[:_TEXT] or "failed")
         call = message.get("call") or {}
         if not isinstance(call.get("name"), str) or not isinstance(call.get("arguments"), dict):
             raise PolicyError(f"{self.name} sent a malformed call: {message!r:.120}")
         return call["name"], call["arguments"]
+
+    def stats(self) -> dict:
+        """The class's own `name` on every row: the row's `policy` stays the spec, the identity
+        that resumes and manifests go by."""
+        return {"policy_name": self.policy_name}
 
     def plan(self):  # the host plays the plan; this proxy only relays
         raise NotImplementedError

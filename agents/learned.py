@@ -28,7 +28,7 @@ from gymnasium.spaces import Discrete
 from finality_gym.encoder import DEFAULT_WAITS, ObservationEncoder
 from finality_gym.env import FinalityEnv
 
-from .base import Policy
+from finality_gym.policy import Policy
 
 Predict = Callable[[np.ndarray, np.ndarray], int]
 

@@ -27,10 +27,10 @@ its own retries off, so this module owns and records every attempt; it posts the
 plain JSON and parses the body itself, so a server's odd response shapes are recorded as they
 came.
 
-Every request and response goes to the episode's transcript (`Transcript`), with usage,
-latency, attempts and the served model's name. A re-run replays the recorded responses, turn by
-turn while the request is the one recorded, before it goes live: an interrupted episode never
-pays for a turn twice.
+Every request and response goes to the episode's transcript (given by the harness: the model
+arm's `eval.model_arm.Transcript` keeps it in a file), with usage, latency, attempts and the
+served model's name. A re-run replays the recorded responses, turn by turn while the request is
+the one recorded, before it goes live: an interrupted episode never pays for a turn twice.
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ import json
 import os
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from finality_gym import InvalidCall
 from finality_gym.economics import DEFAULT_COSTS
 from finality_gym.episode import check_call
-from finality_gym.tools import chat_tools, tools_hash
+from finality_gym.tools import chat_tools
 
-from .base import Brief, GiveUp, Policy
+from finality_gym.policy import Brief, GiveUp, Policy
 
 PROMPT_FILE = Path(__file__).with_name("prompts") / "system.md"
 REMINDER = "No tool was called. Act by calling one of the tools."
@@ -93,8 +93,9 @@ class ConfigurationError(RuntimeError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """What a model run is: the fields that decide a row go into the run's manifest
-    (`decisive()`); the endpoint, the key's variable and the retry schedule do not."""
+    """What a model run is. The fields that decide a row (the model, its sampling settings and
+    caps) are pinned in the run's manifest by the model arm (`eval/model_arm.py`); the endpoint,
+    the key's variable and the retry schedule are not."""
 
     model: str
     base_url: str
@@ -132,58 +133,6 @@ class ModelConfig:
             raise ConfigurationError(f"the environment variable {self.api_key_env} (--api-key-env)"
                                      " is not set or empty")
         return key
-
-    def decisive(self) -> dict:
-        data = asdict(self)
-        for name in ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s",
-                     "backoff_max_s"):
-            del data[name]
-        return {**data, "prompt_sha": prompt_hash(), "tools_sha": tools_hash()}
-
-
-class Transcript:
-    """One episode's requests and responses, a JSON line per turn, written as they happen.
-
-    A line: `turn`, `request_sha` (of the whole request), `new_messages` (the messages added
-    since the previous request: the conversation is their concatenation), `params`, `response`
-    (the body as received), `usage`, `latency_s`, `attempts`, `errors` (the transient failures
-    before it), `served_model`. `recorded(turn, sha)` returns a line to replay, or None and cuts
-    the file there, so what follows is live.
-    """
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.lines: list[dict] = []
-        if path.exists():
-            data = path.read_bytes()
-            end = data.rfind(b"\n") + 1  # a torn last line (a killed run) is dropped
-            for number, line in enumerate(data[:end].splitlines(), 1):
-                try:
-                    self.lines.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{number} is not a transcript line ({exc}); move "
-                                     "the file away to replay that episode live") from None
-            if end < len(data):
-                self._rewrite()
-
-    def recorded(self, turn: int, request_sha: str) -> dict | None:
-        if turn < len(self.lines) and self.lines[turn]["request_sha"] == request_sha:
-            return self.lines[turn]
-        if turn < len(self.lines):
-            del self.lines[turn:]
-            self._rewrite()
-        return None
-
-    def append(self, line: dict) -> None:
-        self.lines.append(line)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(line, separators=(",", ":")) + "\n")
-
-    def _rewrite(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(x, separators=(",", ":")) + "\n" for x in self.lines))
-        os.replace(tmp, self.path)
 
 
 class Endpoint:
@@ -320,10 +269,10 @@ def parse_arguments(raw) -> dict:
 
 
 class ModelPolicy(Policy):
-    """One model over one endpoint; `transcript` is set per episode by the harness."""
+    """One model over one endpoint. `transcript`, set per episode by the harness, is anything
+    with `recorded(turn, request_sha) -> line | None` (a turn to replay) and `append(line)`."""
 
-    def __init__(self, config: ModelConfig, endpoint: Endpoint | None = None,
-                 transcript: Transcript | None = None):
+    def __init__(self, config: ModelConfig, endpoint: Endpoint | None = None, transcript=None):
         self.config = config
         self.name = f"model:{config.model}"
         self.endpoint = endpoint

@@ -21,7 +21,7 @@ from typing import Generator
 from finality_gym.oracle import oracle_plan
 
 from . import verdicts as v
-from .base import Call, Policy, Privilege
+from finality_gym.policy import Call, Policy, Privilege
 
 Plan = Generator[Call, dict, None]
 READ = {name: (name, {}) for name in v.ROTATION}

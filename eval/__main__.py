@@ -17,28 +17,30 @@ import sys
 import time
 from pathlib import Path
 
-from agents import HEADLINE
-from agents.registry import split_specs
+from agents.spec import split_specs
 from finality_gym import PROBE_ARMS, SPLITS, load_corpus
 from finality_gym.corpus import PRIVATE
 
 from agents.model import ConfigurationError, ModelConfig
 
 from . import ablation, costs, headline, model_arm, plans, show, tuning
-from .grader import BACKENDS, use_backend
+from .headline import HEADLINE
+from .grader import BACKENDS, Incomplete
 
 EXIT_INCOMPLETE = 3  # some episode is ungraded: the endpoint failed past every retry
 
 
 
 
-def run_all(out: Path, workers: int, progress: bool) -> None:
+def run_all(out: Path, workers: int, progress: bool, backend: str) -> None:
     started = time.perf_counter()
-    head = headline.run(out / "headline", workers, progress)
-    abl = ablation.run(out / "ablation", workers, progress, baseline_dir=out / "headline")
-    tun = tuning.run(out / "tuning", workers, progress)
-    cst = costs.run(out / "costs", workers, progress, headline_dir=out / "headline")
-    pln = plans.run(out / "plans", workers, progress)
+    head = headline.run(out / "headline", workers, progress, backend=backend)
+    abl = ablation.run(out / "ablation", workers, progress, baseline_dir=out / "headline",
+                       backend=backend)
+    tun = tuning.run(out / "tuning", workers, progress, backend=backend)
+    cst = costs.run(out / "costs", workers, progress, headline_dir=out / "headline",
+                    backend=backend)
+    pln = plans.run(out / "plans", workers, progress, backend=backend)
     gate = head["policies"].get("finality_gate", {})
     lines = [
         "# finality-gym: every experiment", "",
@@ -119,30 +121,32 @@ def main(argv: list[str] | None = None) -> int:
     progress = not args.no_progress
     started = time.perf_counter()
     try:
-        use_backend(getattr(args, "backend", "local"))
         if args.command == "headline":
             headline.run(args.out, args.workers, progress, split=args.split, seeds=args.seeds,
                          policies=tuple(args.policies or HEADLINE), probe=args.probe,
-                         master_seed=args.master_seed)
+                         master_seed=args.master_seed, backend=args.backend)
         elif args.command == "show":
             return show.main(args)
         elif args.command == "all":
-            run_all(args.out, args.workers, progress)
+            run_all(args.out, args.workers, progress, args.backend)
         elif args.command == "plans":
-            plans.run(args.out, args.workers, progress)
+            plans.run(args.out, args.workers, progress, backend=args.backend)
         elif args.command == "model":
             config = ModelConfig(model=args.model, base_url=args.base_url,
                                  api_key_env=args.api_key_env, temperature=args.temperature,
                                  max_tokens=args.max_tokens,
                                  max_total_tokens=args.max_total_tokens, timeout_s=args.timeout,
                                  max_retries=args.max_retries)
-            if model_arm.run(args.out, config, split=args.split, subset=args.subset,
-                             seeds=args.seeds, probe=args.probe, concurrency=args.concurrency,
-                             workers=args.workers, progress=progress) is None:
-                return EXIT_INCOMPLETE
+            model_arm.run(args.out, config, split=args.split, subset=args.subset,
+                          seeds=args.seeds, probe=args.probe, concurrency=args.concurrency,
+                          workers=args.workers, progress=progress, backend=args.backend)
         else:
             {"ablation": ablation, "tuning": tuning, "costs": costs}[args.command].run(
-                args.out, args.workers, progress, seeds=tuple(range(args.seeds)))
+                args.out, args.workers, progress, seeds=tuple(range(args.seeds)),
+                backend=args.backend)
+    except Incomplete as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INCOMPLETE
     except (ValueError, OSError, ConfigurationError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

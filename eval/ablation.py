@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from agents import HEADLINE
 from finality_gym import FAMILIES, FaultProfile, load_corpus
 from finality_gym.replicas import world_firings
 
 from .grader import RunConfig, grade
+from .headline import HEADLINE
 from .report import save, table
 from .stats import percentile_interval
 from .summary import Units, by_policy
@@ -59,14 +59,15 @@ def _key(row: dict) -> tuple:
 
 
 def run(out: Path, workers: int = 2, progress: bool = True,
-        baseline_dir: Path | None = None, seeds: tuple[int, ...] = SEEDS) -> dict:
+        baseline_dir: Path | None = None, seeds: tuple[int, ...] = SEEDS,
+        backend: str = "local") -> dict:
     """`baseline_dir` may name a headline run's folder (the same configuration) to reuse."""
     results: dict[str, list[dict]] = {}
     configs = arms(seeds)
     for name, config in configs.items():
         folder = baseline_dir if (name == "baseline" and baseline_dir) else out / "arms" / name
         results[name] = grade(config, folder, workers=workers, progress=progress,
-                              desc=f"ablation {name}")
+                              desc=f"ablation {name}", backend=backend)
     units = Units("public", results["baseline"])
     mean_gap: dict[str, dict] = {}
     firings: dict[str, dict] = {}

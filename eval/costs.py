@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from agents import HEADLINE
 from finality_gym import load_corpus
 from finality_gym.economics import DEFAULT_COSTS, Costs
 from finality_gym.oracle import reference_outcome
 
 from .grader import RunConfig, grade
+from .headline import HEADLINE
 from .report import save, table
 from .stats import ranking
 
@@ -67,10 +67,11 @@ class Repricer:
 
 
 def run(out: Path, workers: int = 2, progress: bool = True,
-        headline_dir: Path | None = None, seeds: tuple[int, ...] = (0, 1, 2, 3, 4)) -> dict:
+        headline_dir: Path | None = None, seeds: tuple[int, ...] = (0, 1, 2, 3, 4),
+        backend: str = "local") -> dict:
     """`headline_dir` may name a headline run's folder to re-price instead of grading anew."""
     rows = grade(RunConfig(HEADLINE, seeds=seeds), headline_dir or out / "headline", workers=workers,
-                 progress=progress, desc="costs (headline records)")
+                 progress=progress, desc="costs (headline records)", backend=backend)
     repricer = Repricer(rows, "public")
     if not np.array_equal(repricer.gaps(DEFAULT_COSTS), repricer.recorded_gap):
         raise AssertionError("re-pricing at the default costs does not reproduce the records")

@@ -1,36 +1,37 @@
 """The shared grader: every policy, scripted or learned, through one runner, into one JSONL.
 
-A run is a `RunConfig` and a folder. `DIR/run.json` pins the configuration; `DIR/episodes.jsonl`
-gets one line per graded episode, appended and flushed chunk by chunk, so a killed run loses at
-most the chunk in flight. Re-running into the same folder skips every (policy, task, seed)
-already there (a torn last line is cut off first), so nothing is lost or duplicated. Chunks are
-written in job order whatever the number of workers, so a parallel run writes the same file as a
-serial one.
+A run is a `RunConfig` and a folder (`eval/runfolder.py` owns the folder: its lock, its
+manifest, its sealed rows). `DIR/run.json` pins the configuration; `DIR/episodes.jsonl` gets one
+line per graded episode, appended and flushed as episodes complete, so a killed run loses at
+most the work in flight. Re-running into the same folder skips every (policy, task, seed)
+already there (a torn last line is cut off first), so nothing is lost or duplicated. Lines are
+written in job order whatever the number of workers, threads or Ray tasks, so a parallel run
+writes the same file as a serial one.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import multiprocessing
 import os
 import random
 import sys
-from contextlib import contextmanager
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterator
 
-from agents import Policy, make_policy, run_episode
-from agents.base import PolicyError
-from agents.external import ExternalPolicy, code_identity, is_external
+from agents import Policy, PolicyError, PolicySpec, make_policy, run_episode
+from agents.external import ExternalPolicy, PolicyLoadError
 from finality_gym import FaultProfile, Task, load_corpus
 from finality_gym.corpus import PRIVATE, use_private
 from finality_gym.economics import DEFAULT_COSTS, Costs
 from finality_gym.episode import PROBE_ARMS
 
+from . import runfolder
 from .labels import failure_label
+from .runfolder import OrderedAppender, key, read_rows, seal, unseal
 
 CHUNK = 128  # episodes per unit of parallel work
 MAX_SEEDS = 100  # pass^k is reported for every k up to the seeds: beyond 100 it says nothing new
@@ -89,141 +90,11 @@ class RunConfig:
         return [(p, t, s) for p in self.policies for t, s in cases]
 
 
-def _key(row: dict) -> tuple[str, str, int]:
-    return row["policy"], row["task_id"], row["seed"]
-
-
-def _digest(row: dict) -> str:
-    body = json.dumps(row, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
-
-
-def seal(row: dict) -> str:
-    """A row as its JSONL line, with `check`: the first 16 hex digits of the SHA-256 of the
-    row's canonical JSON. It catches a row edited by hand or written by something else; it is a
-    checksum, not a signature (the code that computes it is public)."""
-    return json.dumps({**row, "check": _digest(row)}, separators=(",", ":"))
-
-
-def _verified(row, path: Path, number: int) -> dict:
-    if not isinstance(row, dict) or not isinstance(row.get("check"), str):
-        raise ValueError(f"{path}:{number} is not a graded episode (no checksum): the file was "
-                         "edited or is not this grader's; move it away to start afresh")
-    check = row.pop("check")
-    if _digest(row) != check or not all(isinstance(row.get(k), t)
-                                         for k, t in _ROW_TYPES.items()):
-        raise ValueError(f"{path}:{number} fails its checksum: the row was edited; move the "
-                         "file away to start afresh")
-    return row
-
-
-_ROW_TYPES = {"policy": str, "task_id": str, "seed": int, "gap": int, "position": int}
-
-
-def read_rows(path: Path) -> list[dict]:
-    """The complete, verified rows of an episodes file; a torn last line (a killed writer) is
-    cut off. A line that is not JSON, or a row that fails its checksum, is a clear error."""
-    if not path.exists():
-        return []
-    if not path.is_file():
-        raise ValueError(f"{path} is not a file")
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end < len(data):
-        with open(path, "r+b") as f:
-            f.truncate(end)
-    rows = []
-    for number, line in enumerate(data[:end].splitlines(), 1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number} is not a JSON record ({exc}); the file is "
-                             "corrupt: move it away to start the run afresh") from None
-        rows.append(_verified(row, path, number))
-    return rows
-
-
-def prepare_out(out: Path) -> None:
-    """A usable results folder, or a one-line error that names it."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"--out {out} cannot be created: {exc.strerror}") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out} is not writable")
-
-
-@contextmanager
-def writer_lock(out: Path):
-    """Hold `out/.lock` for the run: a second writer on the same folder is refused at once
-    instead of both appending every episode."""
-    path = out / ".lock"
-    handle = open(path, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "?"
-        handle.close()
-        raise ValueError(f"{out} is being written by another run (process {holder}); wait for "
-                         "it to finish or use another --out folder") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
-    try:
-        yield
-    finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
-
-
 def input_identity(spec: str) -> str | None:
     """The content hash of what a spec loads from disk (a model file, an outside policy's
     code), or None for the project's own policies."""
-    name, _, rest = spec.partition(":")
-    if name in ("ppo", "ppo-greedy"):
-        path = Path(rest)
-        if not path.is_file():
-            raise FileNotFoundError(f"no model file at {path}")
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    if is_external(spec):
-        return code_identity(spec)
-    return None
-
-
-def check_manifest(out: Path, wanted: dict, inputs: dict | None = None) -> None:
-    """Pin `wanted` in `out/run.json`, or refuse a folder that holds a run of another one.
-    `inputs` maps a policy spec to the hash of what it loads: a spec seen before with other
-    content is refused (its rows were graded from something else); new specs are added."""
-    manifest_path = out / "run.json"
-    found_inputs: dict = {}
-    if manifest_path.exists():
-        try:
-            found = json.loads(manifest_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{manifest_path} is corrupt ({exc})") from None
-        if not isinstance(found, dict):
-            raise ValueError(f"{manifest_path} is corrupt (not a JSON object)")
-        found_inputs = found.pop("inputs", {})
-        if found != wanted:
-            diff = sorted(k for k in wanted if found.get(k) != wanted[k])
-            raise ValueError(f"{out} holds a run with a different configuration ({', '.join(diff)}"
-                             "); use another --out folder")
-        for spec, digest in (inputs or {}).items():
-            if spec in found_inputs and found_inputs[spec] != digest:
-                raise ValueError(f"{spec} has changed since its rows in {out} were graded (sha256 "
-                                 f"{found_inputs[spec][:12]} then, {digest[:12]} now); grade it "
-                                 "into another --out folder")
-    merged = {**found_inputs, **(inputs or {})}
-    if not manifest_path.exists() or merged != found_inputs:
-        manifest_path.write_text(json.dumps({**wanted, "inputs": merged} if merged else wanted,
-                                            indent=2) + "\n")
-
-
-_POLICIES: dict = {}
+    source = PolicySpec.parse(spec).source()
+    return None if source is None else hashlib.sha256(source.read_bytes()).hexdigest()
 
 
 def grade_row(policy: Policy, name: str, task: Task, seed: int, config: RunConfig) -> dict:
@@ -242,6 +113,42 @@ def grade_in_process(policy: Policy, name: str, config: RunConfig) -> list[dict]
             for task_id, seed in config.cases()]
 
 
+# ------------------------------------------------------------------ where the episodes run
+BACKENDS = ("local", "ray")
+MAX_WORKERS = 4 * (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Threads:
+    """Episodes played in threads of this process, `concurrency` at a time, each by a policy
+    made for it (`policy(spec, task_id, seed)`): a language model, whose work is waiting on an
+    endpoint. An episode that raises `infrastructure` (the endpoint failed past its retries) is
+    not the agent's failure: it gets no row, it is listed in `DIR/incomplete.json`, no new
+    episode starts, `grade` raises `Incomplete`, and re-running the same command completes it."""
+
+    policy: Callable[[str, str, int], Policy]
+    concurrency: int
+    infrastructure: type[BaseException]
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= 64:
+            raise ValueError(f"concurrency must lie in 1..64, got {self.concurrency}")
+
+
+class Incomplete(RuntimeError):
+    """Some episodes could not be graded for a reason outside the agent (see `Threads`)."""
+
+    def __init__(self, failed: list[dict], path: Path):
+        super().__init__(f"{len(failed)} episode(s) not graded (the endpoint failed past every "
+                         f"retry): listed in {path}; re-run the same command to complete them")
+        self.failed = failed
+
+
+# The policies a worker process has made, by spec and the hash of what the spec loads: a model
+# file replaced between two runs of one process is loaded afresh, never taken from here.
+_POLICIES: dict = {}
+
+
 def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
     """One chunk of jobs, run in a worker: the sealed lines in job order, and the error that
     stopped the chunk, if any (the lines of the jobs done before it stay good).
@@ -251,22 +158,29 @@ def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
     order), so a policy that counted its cases could otherwise tell which task, and which half
     of a twin pair, it holds. Every episode depends only on its (task, seed), and the lines
     still come out in job order, so the file is the same."""
-    config, jobs = args
+    config, jobs, inputs = args
     if config.master_seed is not None:  # a worker started fresh does not have it yet
         use_private(config.master_seed)
     corpus = load_corpus(config.split)
     order = list(range(len(jobs)))
-    if any(is_external(spec) for spec, _, _ in jobs):
+    if any(PolicySpec.parse(spec).kind == "outside" for spec, _, _ in jobs):
         random.SystemRandom().shuffle(order)
     done: dict[int, str] = {}
     error = None
     for i in order:
         spec, task_id, seed = jobs[i]
         try:
-            policy = _POLICIES.get(spec)
+            policy = _POLICIES.get((spec, inputs.get(spec)))
             if policy is None:
-                policy = _POLICIES[spec] = make_policy(spec)
+                policy = make_policy(spec)
+                if isinstance(policy, ExternalPolicy) and policy.digest != inputs[spec]:
+                    raise PolicyLoadError(f"{spec} could not be loaded: its file changed after "
+                                          "the run pinned its hash")
+                _POLICIES[spec, inputs.get(spec)] = policy
             row = grade_row(policy, spec, corpus.task(task_id), seed, config)
+        except PolicyLoadError as exc:  # the code, not a case: no task to name
+            error = str(exc)
+            break
         except Exception as exc:  # any failure of a policy, in its own words, located
             what = str(exc) if isinstance(exc, PolicyError) else f"{type(exc).__name__}: {exc}"
             error = f"policy {spec!r} failed on task {task_id} seed {seed}: {what}"
@@ -277,8 +191,8 @@ def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
 
 def _close_external() -> None:
     """Outside policies get a fresh process for every run."""
-    for spec in [s for s, p in _POLICIES.items() if isinstance(p, ExternalPolicy)]:
-        _POLICIES.pop(spec).close()
+    for k in [k for k, p in _POLICIES.items() if isinstance(p, ExternalPolicy)]:
+        _POLICIES.pop(k).close()
 
 
 def _run_chunk_alone(args: tuple) -> tuple[list[str], str | None]:
@@ -289,94 +203,149 @@ def _run_chunk_alone(args: tuple) -> tuple[list[str], str | None]:
         _close_external()
 
 
-def _chunks(config: RunConfig, jobs: list) -> Iterator[tuple]:
-    for i in range(0, len(jobs), CHUNK):
-        yield config, jobs[i:i + CHUNK]
+def _in_processes(config: RunConfig, todo: list, inputs: dict, workers: int,
+                  backend: str) -> Iterator[tuple[int, list, str | None, list]]:
+    """Chunks of `CHUNK` jobs in worker processes (`local`) or Ray tasks (`ray`), taken back in
+    job order: (index of the chunk's first job, its lines, the error that stopped it, [])."""
+    chunks = ((config, todo[i:i + CHUNK], inputs) for i in range(0, len(todo), CHUNK))
+    if backend == "ray":
+        from .distributed import ordered_map
+        results = ordered_map(_run_chunk_alone, chunks, workers)
+    elif workers == 1:
+        results = map(_run_chunk, chunks)
+    else:
+        # A learned policy's torch may hold threads that a forked child would inherit locked:
+        # such runs start their workers fresh.
+        fresh = any(PolicySpec.parse(spec).learned for spec in config.policies)
+        method = "fork" if sys.platform.startswith("linux") and not fresh else "spawn"
+        pool = multiprocessing.get_context(method).Pool(workers)
+        results = pool.imap(_run_chunk, chunks)
+    try:
+        for n, (lines, error) in enumerate(results):
+            yield n * CHUNK, lines, error, []
+    finally:
+        if backend == "local" and workers > 1:
+            pool.terminate()
+            pool.join()
 
 
-MAX_WORKERS = 4 * (os.cpu_count() or 1)
-BACKENDS = ("local", "ray")
-_BACKEND = ["local"]
+def _in_threads(config: RunConfig, todo: list, threads: Threads
+                ) -> Iterator[tuple[int, list, str | None, list]]:
+    """One job a thread, `threads.concurrency` in flight, as they complete: (its index, [its
+    line, or None if the infrastructure failed it], None, [the failure, if any]). After a
+    failure no new job starts; those in flight finish."""
+    corpus = load_corpus(config.split)
+
+    def episode(index: int) -> str:
+        spec, task_id, seed = todo[index]
+        return seal(grade_row(threads.policy(spec, task_id, seed), spec, corpus.task(task_id),
+                              seed, config))
+
+    pending: dict = {}
+    submitted = 0
+    failed = False
+    with ThreadPoolExecutor(threads.concurrency) as pool:
+        while pending or (submitted < len(todo) and not failed):
+            while len(pending) < threads.concurrency and submitted < len(todo) and not failed:
+                pending[pool.submit(episode, submitted)] = submitted
+                submitted += 1
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                index = pending.pop(future)
+                try:
+                    yield index, [future.result()], None, []
+                except threads.infrastructure as exc:
+                    _, task_id, seed = todo[index]
+                    failed = True
+                    yield index, [None], None, [{"task_id": task_id, "seed": seed,
+                                                 "error": str(exc)}]
 
 
-def use_backend(name: str) -> None:
-    """Where the grader's chunks run from now on: `local` processes (the default) or `ray`
-    tasks (`eval/distributed.py`); the episodes file is the same."""
-    if name not in BACKENDS:
-        raise ValueError(f"--backend: unknown backend {name!r}; valid: {', '.join(BACKENDS)}")
-    if name == "ray":
-        from . import distributed  # noqa: F401  (Ray missing: an ImportError now, not mid-run)
-    _BACKEND[0] = name
-
-
+# ------------------------------------------------------------------------------- grading
 def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
-          desc: str = "grading") -> list[dict]:
-    """Run every missing job of `config` into `out/episodes.jsonl`; return the config's rows."""
+          desc: str = "grading", backend: str | Threads = "local",
+          manifest: dict | None = None) -> list[dict]:
+    """Run every missing job of `config` into `out/episodes.jsonl`; return the config's rows.
+
+    `backend` says where episodes run: `local` worker processes (`workers` of them), `ray`
+    tasks (`eval/distributed.py`), or `Threads` (a model behind an endpoint); the file is the
+    same. `manifest` adds fields the run must keep across resumes (a model's settings)."""
     if not 1 <= workers <= MAX_WORKERS:
         raise ValueError(f"workers must lie in 1..{MAX_WORKERS} (4 per core: more processes "
                          f"than that only add overhead), got {workers}")
-    if _BACKEND[0] == "ray" and config.master_seed is not None:
-        raise ValueError("--backend ray does not grade the private split: its master seed "
-                         "would travel to every Ray worker (another machine's, on a cluster)")
+    if isinstance(backend, str):
+        if backend not in BACKENDS:
+            raise ValueError(f"--backend: unknown backend {backend!r}; valid: "
+                             f"{', '.join(BACKENDS)}")
+        if backend == "ray":
+            if config.master_seed is not None:
+                raise ValueError("--backend ray does not grade the private split: its master "
+                                 "seed would travel to every Ray worker (another machine's, on "
+                                 "a cluster)")
+            from . import distributed  # noqa: F401  (Ray missing: an error now, not mid-run)
+        for spec in config.policies:  # fail now, not in a worker: an outside policy's code is
+            policy = make_policy(spec)  # loaded once in its own process, then let go
+            if isinstance(policy, ExternalPolicy):
+                policy.preflight()
     inputs = {spec: digest for spec in config.policies
               if (digest := input_identity(spec)) is not None}
-    for spec in config.policies:  # fail now, not in a worker (an outside policy starts no
-        make_policy(spec)           # process before its first case)
-    prepare_out(out)
-    with writer_lock(out):
-        check_manifest(out, config.manifest(), inputs)
-        return _grade_locked(config, out, workers, progress, desc)
+    runfolder.prepare(out)
+    with runfolder.lock(out):
+        runfolder.pin(out, {**config.manifest(), **(manifest or {})}, inputs)
+        return _grade_locked(config, out, workers, progress, desc, backend, inputs)
 
 
-def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool,
-                  desc: str) -> list[dict]:
-    path = out / "episodes.jsonl"
+def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, desc: str,
+                  backend: str | Threads, inputs: dict) -> list[dict]:
+    path = out / runfolder.ROWS
+    runfolder.repair(path)
     rows = read_rows(path)
-    done = {_key(row) for row in rows}
+    done = {key(row) for row in rows}
     todo = [job for job in config.jobs() if job not in done]
     error = None
+    failed: list[dict] = []
     if todo:
         bar = _progress(len(todo), desc, progress)
-        with open(path, "a") as f:
-            # A learned policy's torch may hold threads that a forked child would inherit
-            # locked: such runs start their workers fresh.
-            fresh = any(spec.startswith(("ppo:", "ppo-greedy:")) for spec in config.policies)
-            try:
-                for lines, error in _map(_run_chunk, _chunks(config, todo), workers, fresh):
-                    if lines:
-                        f.write("\n".join(lines) + "\n")
-                        f.flush()
-                        for line in lines:  # our own lines, sealed by the worker just now
-                            row = json.loads(line)
-                            del row["check"]
-                            rows.append(row)
-                        bar.update(len(lines))
-                    if error is not None:
-                        break
-            finally:
-                _close_external()
-        bar.close()
+        tokens = [0, 0]
+        if isinstance(backend, Threads):
+            events = _in_threads(config, todo, backend)
+        else:
+            events = _in_processes(config, todo, inputs, workers, backend)
+        appender = OrderedAppender(path)
+        try:
+            for start, lines, error, failures in events:
+                for line in appender.extend(start, lines):
+                    row = unseal(line)  # our own line, sealed by the worker just now
+                    rows.append(row)
+                    if "tokens_in" in row:
+                        tokens[0] += row["tokens_in"]
+                        tokens[1] += row["tokens_out"]
+                        bar.set_postfix_str(f"tokens in {tokens[0]:,} out {tokens[1]:,}")
+                bar.update(len(lines))
+                failed += failures
+                if error is not None:
+                    break
+        finally:
+            events.close()
+            appender.close()
+            _close_external()
+            bar.close()
+    incomplete = out / "incomplete.json"
+    if failed:
+        runfolder.write_atomic(incomplete, json.dumps({"episodes": failed}, indent=2) + "\n")
+        raise Incomplete(failed, incomplete)
+    if incomplete.exists():
+        incomplete.unlink()
     if error is not None:
         raise PolicyError(f"{error} (the {len(rows)} episodes recorded in {path} stay valid)")
-    wanted = set(config.jobs())
-    rows = [row for row in rows if _key(row) in wanted]
-    if len(rows) != len(wanted):
-        raise ValueError(f"{path} holds {len(rows)} of the {len(wanted)} episodes of this run "
-                         "(duplicated or foreign lines?)")
+    wanted = config.jobs()
+    runfolder.keep_in_order(path, rows, wanted)
+    wanted_set = set(wanted)
+    rows = [row for row in rows if key(row) in wanted_set]
+    if len(rows) != len(wanted_set):
+        raise ValueError(f"{path} holds {len(rows)} of the {len(wanted_set)} episodes of this "
+                         "run (duplicated or foreign lines?)")
     return rows
-
-
-def _map(fn, items: Iterable, workers: int, fresh: bool = False) -> Iterator:
-    if _BACKEND[0] == "ray":
-        from .distributed import ordered_map
-        yield from ordered_map(_run_chunk_alone if fn is _run_chunk else fn, items, workers)
-        return
-    if workers == 1:
-        yield from map(fn, items)
-        return
-    method = "fork" if sys.platform.startswith("linux") and not fresh else "spawn"
-    with multiprocessing.get_context(method).Pool(workers) as pool:
-        yield from pool.imap(fn, items)
 
 
 class _NoBar:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agents import HEADLINE
 from finality_gym import load_corpus
 
-from .grader import RunConfig, grade, read_rows
+from .grader import RunConfig, grade
+from .runfolder import read_rows
 from .report import figure_exact_vs_pass, figure_paired, headline_table, report_markdown
 from .summary import summarize
+
+# The nine policies of docs/world.md section 9: every experiment's default line-up.
+HEADLINE = ("random", "optimistic", "eager", "majority_vote", "sop", "react", "reflection",
+            "finality_gate", "finality_oracle")
 
 
 def recorded(config: RunConfig, out: Path) -> tuple[list[dict], list[str]]:
@@ -31,7 +35,7 @@ def recorded(config: RunConfig, out: Path) -> tuple[list[dict], list[str]]:
 
 def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public",
         seeds: int = 5, policies: tuple[str, ...] = HEADLINE, probe: str = "full",
-        master_seed: int | None = None, echo: bool = True) -> dict:
+        master_seed: int | None = None, echo: bool = True, backend: str = "local") -> dict:
     """Grade into `out` and write the summary, report and figures; `echo` prints the table."""
     if seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {seeds}")
@@ -41,7 +45,7 @@ def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public
     if echo:
         print(f"split {split}: fingerprint {corpus.fingerprint}, {len(corpus.tasks)} tasks, "
               f"probe arm {probe}, {len(config.jobs())} episodes", flush=True)
-    grade(config, out, workers=workers, progress=progress, desc="headline")
+    grade(config, out, workers=workers, progress=progress, desc="headline", backend=backend)
     rows, policies = recorded(config, out)
     summary = summarize(rows, split, policies, list(config.seeds))
     summary["probe"] = probe

@@ -12,7 +12,8 @@ fields plus `requests`, `replayed`, `retries`, `invalid_turns`, `tokens_in`, `to
 scripted policies' grading on the same tasks), and once every episode is graded,
 `summary.json`, `report.md` and `model_arm.png`.
 
-Episodes run in threads (`--concurrency`); rows are written in job order as they complete, so
+Episodes run in threads (`--concurrency`) through the shared grader's own loop (`grade` with
+`Threads`); rows are written in job order as they complete, so
 the file is the same whatever the concurrency. An episode whose endpoint failed past every retry
 gets no row: it is listed in `incomplete.json`, no new episode is started, the command exits
 non-zero, and re-running completes it (replaying its recorded turns without a request).
@@ -21,20 +22,18 @@ non-zero, and re-running completes it (replaying its recorded turns without a re
 from __future__ import annotations
 
 import json
-import os
-import sys
-import threading
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from agents import HEADLINE
-from agents.model import Endpoint, InfrastructureError, ModelConfig, ModelPolicy, Transcript
+from agents.model import Endpoint, InfrastructureError, ModelConfig, ModelPolicy, prompt_hash
 from finality_gym import load_corpus
+from finality_gym.tools import tools_hash
 
-from .grader import (MAX_WORKERS, RunConfig, _progress, check_manifest, grade, grade_row, prepare_out,
-                     read_rows, seal, writer_lock)
+from .grader import MAX_WORKERS, RunConfig, Threads, grade
+from .headline import HEADLINE
+from .runfolder import read_rows, write_atomic
 from .report import _ci, _money, _pct, pyplot, report_markdown, table
 from .summary import summarize
 
@@ -78,39 +77,86 @@ def run_config(config: ModelConfig, split: str, subset: str, seeds: int, probe: 
                      probe=probe, tasks=tasks)
 
 
-class _Writer:
-    """Appends rows in job order as they complete; a job with no row is skipped over."""
+def manifest_fields(config: ModelConfig) -> dict:
+    """What the run pins of the model (a resume under any other is refused): the model, its
+    sampling settings and caps, and the hashes of the system prompt and the tool table; not the
+    endpoint, the key's variable or the retry schedule, which decide no row."""
+    data = asdict(config)
+    for name in ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s",
+                 "backoff_max_s"):
+        del data[name]
+    return {**data, "prompt_sha": prompt_hash(), "tools_sha": tools_hash()}
+
+
+def read_transcript(path: Path) -> list[dict]:
+    """A transcript's complete lines, without changing the file (a torn last line is left
+    out)."""
+    data = path.read_bytes()
+    lines = []
+    for number, line in enumerate(data[:data.rfind(b"\n") + 1].splitlines(), 1):
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number} is not a transcript line ({exc}); move the file "
+                             "away to replay that episode live") from None
+    return lines
+
+
+class Transcript:
+    """One episode's requests and responses, a JSON line per turn, written as they happen
+    (`transcripts/TASK__seedS.jsonl`; only the run holding the folder's lock opens one).
+
+    A line: `turn`, `request_sha` (of the whole request), `new_messages` (the messages added
+    since the previous request: the conversation is their concatenation), `params`, `response`
+    (the body as received), `usage`, `latency_s`, `attempts`, `errors` (the transient failures
+    before it), `served_model`. `recorded(turn, sha)` returns a line to replay, or None and cuts
+    the file there, so what follows is live.
+    """
 
     def __init__(self, path: Path):
-        self.file = open(path, "a")
-        self.ready: dict[int, str | None] = {}
-        self.next = 0
+        self.path = path
+        self.lines = read_transcript(path) if path.exists() else []
+        if path.exists() and not path.read_bytes().endswith(b"\n") and path.stat().st_size:
+            self._rewrite()  # a torn last line (a killed run) is dropped
 
-    def put(self, index: int, line: str | None) -> None:
-        self.ready[index] = line
-        while self.next in self.ready:
-            line = self.ready.pop(self.next)
-            if line is not None:
-                self.file.write(line + "\n")
-                self.file.flush()
-            self.next += 1
+    def recorded(self, turn: int, request_sha: str) -> dict | None:
+        if turn < len(self.lines) and self.lines[turn]["request_sha"] == request_sha:
+            return self.lines[turn]
+        if turn < len(self.lines):
+            del self.lines[turn:]
+            self._rewrite()
+        return None
 
-    def close(self) -> None:
-        self.file.close()
+    def append(self, line: dict) -> None:
+        self.lines.append(line)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+    def _rewrite(self) -> None:
+        write_atomic(self.path,
+                     "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in self.lines))
 
 
 def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int = 1,
-                progress: bool = True) -> tuple[list[dict], list[dict]]:
-    """Grade the model's missing episodes into `out`; return (its rows, the failed episodes)."""
-    if concurrency < 1 or concurrency > 64:
-        raise ValueError(f"concurrency must lie in 1..64, got {concurrency}")
-    prepare_out(out)
-    with writer_lock(out):
-        endpoint = None
-        if not (out / "run.json").exists():  # a failed preflight leaves the folder untouched
-            endpoint = _preflight(config)
-        check_manifest(out, {**rc.manifest(), "model": config.decisive()})
-        return _grade_model_locked(config, rc, out, concurrency, progress, endpoint)
+                progress: bool = True) -> list[dict]:
+    """Grade the model's missing episodes into `out` through the shared grader, one episode a
+    thread; return its rows. The endpoint is checked before any episode starts, and before the
+    folder is pinned (a failed preflight leaves a new folder without a manifest); a complete
+    run needs no endpoint."""
+    endpoint: list[Endpoint] = []
+    path = out / "episodes.jsonl"
+    done = {(r["task_id"], r["seed"]) for r in read_rows(path)} if path.exists() else set()
+    if any(case not in done for case in rc.cases()):
+        endpoint.append(_preflight(config))
+
+    def policy(spec: str, task_id: str, seed: int) -> ModelPolicy:
+        transcript = Transcript(out / "transcripts" / f"{task_id}__seed{seed}.jsonl")
+        return ModelPolicy(config, endpoint[0], transcript)
+
+    return grade(rc, out, progress=progress, desc="model",
+                 backend=Threads(policy, concurrency, InfrastructureError),
+                 manifest={"model": manifest_fields(config)})
 
 
 def _preflight(config: ModelConfig) -> Endpoint:
@@ -118,84 +164,6 @@ def _preflight(config: ModelConfig) -> Endpoint:
     served = endpoint.preflight()
     print(f"model {config.model} (served as {served}) at {config.base_url}", flush=True)
     return endpoint
-
-
-def _grade_model_locked(config, rc, out, concurrency, progress, endpoint):
-    path = out / "episodes.jsonl"
-    rows = read_rows(path)
-    key = lambda r: (r["policy"], r["task_id"], r["seed"])  # noqa: E731
-    done = {key(r) for r in rows}
-    todo = [job for job in rc.jobs() if job not in done]
-    failed: list[dict] = []
-    if todo:
-        if endpoint is None:
-            endpoint = _preflight(config)
-        print(f"{len(todo)} episodes to grade, concurrency {concurrency}", flush=True)
-        failed = _run_jobs(config, rc, out, endpoint, todo, concurrency, progress)
-        rows = read_rows(path)
-    incomplete = out / "incomplete.json"
-    if failed:
-        incomplete.write_text(json.dumps({"episodes": failed}, indent=2) + "\n")
-    elif incomplete.exists():
-        incomplete.unlink()
-    if not failed:
-        _canonical_order(path, rows, rc.jobs())
-    return rows, failed
-
-
-def _run_jobs(config, rc, out, endpoint, todo, concurrency, progress) -> list[dict]:
-    corpus = load_corpus(rc.split)
-    writer = _Writer(out / "episodes.jsonl")
-    tokens = {"in": 0, "out": 0}
-    lock = threading.Lock()
-    bar = _progress(len(todo), "model", progress)
-
-    def episode(index: int) -> str:
-        spec, task_id, seed = todo[index]
-        transcript = Transcript(out / "transcripts" / f"{task_id}__seed{seed}.jsonl")
-        policy = ModelPolicy(config, endpoint, transcript)
-        row = grade_row(policy, spec, corpus.task(task_id), seed, rc)
-        with lock:
-            tokens["in"] += row["tokens_in"]
-            tokens["out"] += row["tokens_out"]
-        return seal(row)
-
-    failed: list[dict] = []
-    pending: dict = {}
-    submitted = 0
-    try:
-        with ThreadPoolExecutor(concurrency) as pool:
-            while pending or (submitted < len(todo) and not failed):
-                while len(pending) < concurrency and submitted < len(todo) and not failed:
-                    pending[pool.submit(episode, submitted)] = submitted
-                    submitted += 1
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    index = pending.pop(future)
-                    try:
-                        line = future.result()
-                    except InfrastructureError as exc:
-                        _, task_id, seed = todo[index]
-                        failed.append({"task_id": task_id, "seed": seed, "error": str(exc)})
-                        line = None
-                    writer.put(index, line)
-                    bar.update(1)
-                    bar.set_postfix_str(f"tokens in {tokens['in']:,} out {tokens['out']:,}")
-    finally:
-        writer.close()
-        bar.close()
-    return failed
-
-
-def _canonical_order(path: Path, rows: list[dict], jobs: list) -> None:
-    """After a resume the file may hold its rows out of job order: rewrite it (atomically) so
-    that a completed run's file is the same however it got there."""
-    rank = {job: i for i, job in enumerate(jobs)}
-    ordered = sorted(rows, key=lambda r: rank[(r["policy"], r["task_id"], r["seed"])])
-    if ordered != rows:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(seal(r) + "\n" for r in ordered))
-        os.replace(tmp, path)
 
 
 def arm_figures(rows: list[dict]) -> dict:
@@ -220,24 +188,21 @@ def arm_figures(rows: list[dict]) -> dict:
 
 def run(out: Path, config: ModelConfig, split: str = "public", subset: str = "stratified",
         seeds: int = 1, probe: str = "full", concurrency: int = 1, workers: int = 2,
-        progress: bool = True) -> dict | None:
-    """Grade the model and the scripted policies; write the summary, the report and the figure.
-    Returns None (and writes no summary) while some episode is still ungraded."""
+        progress: bool = True, backend: str = "local") -> dict:
+    """Grade the model and the scripted policies (these `workers` at a time on `backend`); write
+    the summary, the report and the figure. While some episode is still ungraded (its endpoint
+    failed) this raises `eval.grader.Incomplete` and writes no summary."""
     if not 1 <= workers <= MAX_WORKERS:
         raise ValueError(f"workers must lie in 1..{MAX_WORKERS}, got {workers}")
     rc = run_config(config, split, subset, seeds, probe)
     name = rc.policies[0]
     print(f"split {split}: {len({t for _, t, _ in rc.jobs()})} tasks ({subset}), seeds "
           f"{list(rc.seeds)}, probe arm {probe}", flush=True)
-    rows, failed = grade_model(config, rc, out, concurrency, progress)
-    if failed:
-        print(f"{len(failed)} episode(s) not graded (the endpoint failed past every retry): "
-              f"listed in {out / 'incomplete.json'}; re-run the same command to complete them",
-              file=sys.stderr)
-        return None
+    rows = grade_model(config, rc, out, concurrency, progress)
     scripted_config = RunConfig(HEADLINE, split=split, seeds=rc.seeds, probe=probe,
                                 tasks=rc.tasks)
-    scripted = grade(scripted_config, out / "scripted", workers=workers, progress=False)
+    scripted = grade(scripted_config, out / "scripted", workers=workers, progress=False,
+                     backend=backend)
     attempted = {(r["task_id"], r["seed"]) for r in rows}
     scripted = [r for r in scripted if (r["task_id"], r["seed"]) in attempted]
     policies = [name, *HEADLINE]
@@ -246,7 +211,7 @@ def run(out: Path, config: ModelConfig, split: str = "public", subset: str = "st
     summary["model"] = {"name": config.model, "base_url": config.base_url,
                         "served_as": sorted({r["served_model"] for r in _transcript_lines(out)
                                              if r.get("served_model")}),
-                        **config.decisive()}
+                        **manifest_fields(config)}
     by = {p: [r for r in rows + scripted if r["policy"] == p] for p in policies}
     summary["model_arm"] = {p: arm_figures(by[p]) for p in policies}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -258,8 +223,7 @@ def run(out: Path, config: ModelConfig, split: str = "public", subset: str = "st
 
 def _transcript_lines(out: Path):
     for path in sorted((out / "transcripts").glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            yield json.loads(line)
+        yield from read_transcript(path)
 
 
 def model_table(summary: dict) -> str:

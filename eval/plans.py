@@ -58,10 +58,10 @@ def explain(task, best: dict) -> str:
             "anticipate; look at this task.")
 
 
-def run(out: Path, workers: int = 2, progress: bool = True) -> dict:
+def run(out: Path, workers: int = 2, progress: bool = True, backend: str = "local") -> dict:
     tasks = sample_tasks()
     rows = grade(RunConfig(tuple(plans()), tasks=tuple(tasks), seeds=(0,)), out / "episodes",
-                 workers=workers, progress=progress, desc="plans")
+                 workers=workers, progress=progress, desc="plans", backend=backend)
     corpus = load_corpus("public")
     order = {spec: i for i, spec in enumerate(plans())}  # ties go to the simplest plan
     best: dict[str, dict] = {}

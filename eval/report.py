@@ -1,13 +1,30 @@
-"""Markdown tables and matplotlib figures from a summary (the headline's `report.md` and PNGs)."""
+"""The headline's tables (printed, and in `report.md`) and matplotlib figures from a summary."""
 
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
+from agents.scripted import FinalityOracle
 from finality_gym import ARCHETYPES
+from finality_gym.tasks import HANDOVER_AT
 
 from .labels import LABELS
+from .summary import best_scripted
+
+TERMINAL_WIDTH = 100
+
+# The loss breakdown is absolute, not against the reference, so the reference itself shows one of
+# the largest cogs: said under the table, before a reader takes that column for mistakes.
+COGS_NOTE = (
+    "These are the deductions from each position (position = cash - cogs - liability - dispute - "
+    "escalation), not losses against the reference. cogs is the cost of the goods shipped, "
+    "charged whenever goods left; the order value, once collected, covers it, so it counts "
+    "sales, not mistakes. The reference ships every order whose card pays and so "
+    "carries more cogs than any policy that refuses or misses such sales; only shipping orders "
+    "that are never paid gives more. liability is money held beyond the goods delivered, dispute "
+    "the fee it draws, escalation the specialist's fee. Compare policies by gap.")
 
 
 def save(out: Path, name: str, result: dict, report: str) -> None:
@@ -35,21 +52,103 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    """A table for the terminal: every column padded to its widest cell (names left, numbers
+    right) under a rule, so that it reads without a markdown viewer."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _baseline(summary: dict) -> str | None:
+    """The policy every `vs_baseline` is taken against; None in a run without an unprivileged
+    scripted policy, which has no comparison (eval/summary.py)."""
+    vs = next(iter(summary["policies"].values())).get("vs_baseline")
+    return vs["baseline"] if vs else None
+
+
+def _vs_baseline(name: str, p: dict) -> str:
+    """The baseline's own row says so rather than showing its zero difference from itself."""
+    vs = p["vs_baseline"]
+    if name == vs["baseline"]:
+        return "baseline"
+    return f"{vs['mean_gap_diff']:+,.2f} {_ci(vs['mean_gap_diff_ci'])}"
+
+
+def legend(summary: dict, full: bool) -> list[str]:
+    """What the headline table's columns mean, one item each; `full` for report.md's table, which
+    adds the paired halves. The reference's own premature rate is explained where it is shown,
+    since a reader meets it before any definition."""
+    pols, k, base = summary["policies"], len(summary["seeds"]), _baseline(summary)
+    items = [
+        "gap: excess loss in dollars per episode against the privileged reference (the "
+        "reference's position minus the policy's); lower is better, 0 is as good as the "
+        "reference.",
+        f"exact: share of episodes with gap 0. pass^{k}: share of tasks exact under "
+        + ("their one seed." if k == 1 else f"all {k} seeds."),
+        f"[95% CI]: bootstrap over the {summary['bootstrap']['units']} units of the split (a "
+        "twin pair is one unit).",
+    ]
+    if base is None:
+        items.append("vs baseline: no scripted baseline in this run, so no comparison; add an "
+                     "unprivileged scripted policy (e.g. finality_gate) to --policies for one.")
+    else:
+        chosen = ("the best unprivileged scripted policy of the run by mean gap"
+                  if base == best_scripted({n: p["mean_gap"] for n, p in pols.items()})
+                  else "the baseline this run names")
+        items.append(f"vs baseline: mean gap minus that of {base}, {chosen}, with the paired "
+                     f"95% CI; below 0 is a lower loss than {base}.")
+    if full:
+        items.append("paired settle / fail: mean gap on the settling and on the failing halves "
+                     "of the twin pairs (the same case, the card settles or fails); avg: their "
+                     "mean, the paired loss of the rankings.")
+    premature = ("premature: share of episodes with an irreversible action (a disposition, a "
+                 "fresh retry, a lapse) taken before t_det, the time the original capture's "
+                 "outcome is determined; before it no tool can tell the outcome.")
+    if FinalityOracle.name in pols:
+        premature += (f" {FinalityOracle.name} is the privileged reference: told the capture's "
+                      f"fate, it acts at hand-over (t={HANDOVER_AT}), before t_det on most "
+                      "tasks, so its premature rate is by design, not a mistake.")
+    items.append(premature)
+    if not full:
+        items.append("Paired halves, per-archetype figures, loss breakdown, failure labels: "
+                     "report.md and summary.json.")
+    return items
+
+
 def headline_table(summary: dict) -> str:
+    """The headline as printed: the essential columns, within 100 characters a line for the
+    nine policies, then the legend; report.md and summary.json keep every statistic."""
+    pols, k, base = summary["policies"], len(summary["seeds"]), _baseline(summary)
+    header = ["policy", "exact", f"pass^{k}", "mean gap $ [95% CI]",
+              *(["vs baseline $ [95% CI]"] if base else []), "premature"]
+    rows = [[name, _pct(p["exact"]), _pct(p["pass_k"][-1]),
+             f"{_money(p['mean_gap'])} {_ci(p['mean_gap_ci'])}",
+             *([_vs_baseline(name, p)] if base else []), _pct(p["premature"])]
+            for name, p in pols.items()]
+    notes = [textwrap.fill(item, TERMINAL_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+             for item in legend(summary, full=False)]
+    return text_table(header, rows) + "\n\n" + "\n".join(notes)
+
+
+def statistics_table(summary: dict) -> str:
+    """The headline with every statistic, for report.md (markdown, no width limit)."""
     pols = summary["policies"]
     k = len(summary["seeds"])
-    base = next(iter(pols.values()))["vs_baseline"]["baseline"]
+    base = _baseline(summary)
     header = ["policy", "exact", "exact 95% CI", "mean gap $", "mean gap 95% CI",
               f"pass^{k}", "paired settle $", "paired fail $", "paired avg $", "premature",
-              f"gap - {base} $ [95% CI]"]
+              *(["vs baseline $ [95% CI]"] if base else [])]
     rows = []
     for name, p in pols.items():
-        vs = p["vs_baseline"]
         rows.append([name, _pct(p["exact"]), _ci(p["exact_ci"], _pct), _money(p["mean_gap"]),
                      _ci(p["mean_gap_ci"]), _pct(p["pass_k"][-1]), _money(p["paired"]["settle"]),
                      _money(p["paired"]["fail"]), _money(p["paired"]["average"]),
-                     _pct(p["premature"]),
-                     f"{_money(vs['mean_gap_diff'])} {_ci(vs['mean_gap_diff_ci'])}"])
+                     _pct(p["premature"]), *([_vs_baseline(name, p)] if base else [])])
     return table(header, rows)
 
 
@@ -62,7 +161,8 @@ def report_markdown(summary: dict, title: str) -> str:
              f"{summary['bootstrap']['method']}, {summary['bootstrap']['replicates']} replicates "
              f"over {summary['bootstrap']['units']} units, generator seed "
              f"{summary['bootstrap']['seed']}. Money in dollars; gap = reference position - "
-             "achieved position.", "", "## Headline", "", headline_table(summary), "",
+             "achieved position.", "", "## Headline", "", statistics_table(summary), "",
+             *(f"- {item}" for item in legend(summary, full=True)), "",
              "## pass^k (tau-bench estimator)", "",
              table(["policy"] + [f"pass^{i}" for i in range(1, k + 1)],
                     [[n] + [_pct(x) for x in p["pass_k"]] for n, p in pols.items()]), ""]
@@ -76,7 +176,7 @@ def report_markdown(summary: dict, title: str) -> str:
               table(["policy", "cogs", "liability", "dispute", "escalation"],
                      [[n] + [_money(p["loss_breakdown"][c]) for c in
                              ("cogs", "liability", "dispute", "escalation")]
-                      for n, p in pols.items()]), "",
+                      for n, p in pols.items()]), "", COGS_NOTE, "",
               "## What kind of mistake (episodes per failure label)", "",
               table(["policy"] + list(LABELS),
                      [[n] + [str(p["failure_labels"][lab]) for lab in LABELS]

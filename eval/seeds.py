@@ -17,13 +17,14 @@ Money in dollars; intervals are 95 % percentile bootstraps (`eval/stats.py`).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from agents import is_unprivileged_scripted
+from agents import PolicySpec, is_unprivileged_scripted
 
-from .grader import read_rows
+from .runfolder import read_rows
 from .report import pyplot
 from .stats import (REPLICATES, SeedUnitSums, difference_interval, improvement_probability,
                     percentile_interval, seed_resample_counts)
@@ -33,20 +34,30 @@ SPLITS = ("regenerated", "public")
 SEED_BOOTSTRAP_SEED = BOOTSTRAP_SEED + 1
 
 
+@dataclass(frozen=True)
+class SeedRun:
+    """One training seed as the aggregate sees it, whatever trained it: the results folder its
+    model was graded into on each split, and its training's figures (`best_timesteps`,
+    `validation_mean_gap` in dollars, `timesteps`, `train_seconds`, `resumed_from`)."""
+
+    graded: dict[str, Path]
+    training: dict
+
+
 def learned_spec(policies) -> str:
-    specs = [p for p in policies if p.startswith("ppo:")]
+    specs = [p for p in policies if PolicySpec.parse(p).learned]
     if len(specs) != 1:
         raise ValueError(f"expected one learned policy, found {specs or 'none'}")
     return specs[0]
 
 
-def load_split(folders: dict[int, Path], split: str) -> tuple[dict[str, list[dict]], dict]:
+def load_split(runs: dict[int, SeedRun], split: str) -> tuple[dict[str, list[dict]], dict]:
     """The scripted policies' rows (once) and each seed's learned rows, on one split."""
     scripted: dict[str, list[dict]] | None = None
     learned: dict = {}
     manifest = None
-    for seed, folder in folders.items():
-        path = folder / f"eval_{split}"
+    for seed, run in runs.items():
+        path = run.graded[split]
         if not (path / "episodes.jsonl").is_file():
             raise FileNotFoundError(f"seed {seed} has no graded episodes in {path}")
         this = json.loads((path / "run.json").read_text())
@@ -118,24 +129,24 @@ def summarize_split(scripted: dict[str, list[dict]], learned: dict[int, list[dic
     }
 
 
-def run(out: Path, folders: dict[int, Path], probe: str,
+def run(out: Path, runs: dict[int, SeedRun], probe: str,
         replicates: int = REPLICATES) -> dict:
-    """Aggregate the seeds in `folders` into `out/summary.json`, `report.md`, `seeds.png`."""
-    summary = {"probe": probe, "seeds": sorted(folders),
+    """Aggregate the seeds' `runs` into `out/summary.json`, `report.md`, `seeds.png`."""
+    summary = {"probe": probe, "seeds": sorted(runs),
                "bootstrap": {"replicates": replicates, "confidence": 0.95,
                              "unit_seed": BOOTSTRAP_SEED, "seed_seed": SEED_BOOTSTRAP_SEED,
                              "method": "percentile; per seed: units resampled; across seeds: "
                                        "two-way (units x training seeds, pigeonhole)"},
                "training": {}, "splits": {}}
-    for seed, folder in sorted(folders.items()):
-        result = json.loads((folder / "result.json").read_text())
+    for seed, seed_run in sorted(runs.items()):
+        training = seed_run.training
         summary["training"][str(seed)] = {
-            "best_timesteps": result["best"]["timesteps"],
-            "validation_mean_gap": _r(result["best"]["mean_gap"]),
-            "timesteps": result["timesteps"], "train_seconds": result["train_seconds"],
-            "resumed_from": result.get("resumed_from")}
+            "best_timesteps": training["best_timesteps"],
+            "validation_mean_gap": _r(training["validation_mean_gap"]),
+            "timesteps": training["timesteps"], "train_seconds": training["train_seconds"],
+            "resumed_from": training["resumed_from"]}
     for split in SPLITS:
-        scripted, learned = load_split(folders, split)
+        scripted, learned = load_split(runs, split)
         summary["splits"][split] = summarize_split(scripted, learned, split, replicates)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "report.md").write_text(report_markdown(summary, out.name))

@@ -4,8 +4,8 @@ Money in the summary is in dollars (the records keep integer cents). `paired` is
 the settling halves of the twin pairs, on the failing halves, and their average; only twin-pair
 episodes enter it. Differences (`vs_baseline`) are taken against the best unprivileged scripted
 policy of the run by mean gap (`finality_gate` in the default world, `react` without the probe), so a
-learned policy is compared with the best hand-written rule of its arm; with no scripted policy in
-the run, against the first policy.
+learned policy is compared with the best hand-written rule of its arm. A run without one (a learned
+model graded alone) has no `vs_baseline` at all, rather than a comparison of the model with itself.
 """
 
 from __future__ import annotations
@@ -80,11 +80,18 @@ def by_policy(rows: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+def best_scripted(mean_gaps: dict[str, float]) -> str | None:
+    """The default baseline: the unprivileged scripted policy of lowest mean gap (ties by name),
+    None when there is none."""
+    scripted = [p for p in mean_gaps if is_unprivileged_scripted(p)]
+    return min(scripted, key=lambda p: (mean_gaps[p], p), default=None)
+
+
 def summarize(rows: list[dict], split: str, policies: list[str], seeds: list[int],
               replicates: int = REPLICATES, bootstrap_seed: int = BOOTSTRAP_SEED,
               baseline: str | None = None) -> dict:
     """`baseline` names the policy of `vs_baseline`; by default the best unprivileged scripted
-    policy of the run."""
+    policy of the run, and none (no `vs_baseline`) when the run has no such policy."""
     corpus = load_corpus(split)
     frame = Units(split, rows, replicates, bootstrap_seed)
     idx = frame.counts
@@ -93,18 +100,20 @@ def summarize(rows: list[dict], split: str, policies: list[str], seeds: list[int
     out: dict = {}
     for name, t in tables.items():
         out[name] = _policy_summary(t, idx, len(seeds))
-    scripted = [p for p in policies if is_unprivileged_scripted(p)]
     if baseline is None:
-        baseline = min(scripted, key=lambda p: (out[p]["mean_gap"], p)) if scripted else policies[0]
-    base = tables[baseline]
-    for name, t in tables.items():
-        out[name]["vs_baseline"] = {
-            "baseline": baseline,
-            "mean_gap_diff": _r(t.sums(t.gap).value - base.sums(base.gap).value),
-            "mean_gap_diff_ci": _ci(difference_interval(t.sums(t.gap), base.sums(base.gap), idx)),
-            "exact_diff": _r(t.sums(t.exact).value - base.sums(base.exact).value),
-            "exact_diff_ci": _ci(difference_interval(t.sums(t.exact), base.sums(base.exact), idx)),
-        }
+        baseline = best_scripted({p: out[p]["mean_gap"] for p in policies})
+    if baseline is not None:
+        base = tables[baseline]
+        for name, t in tables.items():
+            out[name]["vs_baseline"] = {
+                "baseline": baseline,
+                "mean_gap_diff": _r(t.sums(t.gap).value - base.sums(base.gap).value),
+                "mean_gap_diff_ci": _ci(difference_interval(t.sums(t.gap), base.sums(base.gap),
+                                                            idx)),
+                "exact_diff": _r(t.sums(t.exact).value - base.sums(base.exact).value),
+                "exact_diff_ci": _ci(difference_interval(t.sums(t.exact), base.sums(base.exact),
+                                                         idx)),
+            }
     by_exact = ranking({p: out[p]["exact"] for p in policies}, descending=True)
     by_paired = ranking({p: out[p]["paired"]["average"] for p in policies}, descending=False)
     return {

@@ -34,17 +34,18 @@ def grid() -> list[tuple[int, int, str]]:
     return [(p, m, spec(p, m)) for p in POLL_INTERVALS for m in MAX_POLLS]
 
 
-def run(out: Path, workers: int = 2, progress: bool = True, seeds: tuple[int, ...] = SEEDS) -> dict:
+def run(out: Path, workers: int = 2, progress: bool = True, seeds: tuple[int, ...] = SEEDS,
+        backend: str = "local") -> dict:
     specs = tuple(s for _, _, s in grid())
     public = grade(RunConfig(specs, split="public", seeds=seeds), out / "public", workers=workers,
-                   progress=progress, desc="tuning public")
+                   progress=progress, desc="tuning public", backend=backend)
     pub_units = Units("public", public, seed=BOOTSTRAP_SEED)
     pub = {p: pub_units.gap(rows) for p, rows in by_policy(public).items()}
     tuned = min(specs, key=lambda s: (pub[s].value, s))
     measured = (tuned, DEFAULT) if tuned != DEFAULT else (DEFAULT,)
     regenerated = grade(RunConfig(measured, split="regenerated", seeds=seeds),
                         out / "regenerated", workers=workers, progress=progress,
-                        desc="tuning regenerated")
+                        desc="tuning regenerated", backend=backend)
     reg_units = Units("regenerated", regenerated, seed=BOOTSTRAP_SEED + 1)
     reg = {p: reg_units.gap(rows) for p, rows in by_policy(regenerated).items()}
     configs = {}

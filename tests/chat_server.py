@@ -48,7 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
 
 from agents import Brief, make_policy
-from agents.base import PolicyError
+from finality_gym.policy import PolicyError
 from agents.model import PREFLIGHT
 from finality_gym.episode import check_call
 from finality_gym.world import DISPOSITIONS

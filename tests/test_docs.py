@@ -36,3 +36,51 @@ def test_nothing_points_outside_the_repository_for_the_rules():
         text = path.read_text(errors="ignore")
         assert not re.search(r"(?<![\w.])\.\./\w", text), path
         assert not re.search(r"\bSPEC\b", text), path
+
+
+# The README is the front door: short, every link resolves, its tool table is the engine's.
+
+README = ROOT / "README.md"
+DOC_PAGES = [README, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+FENCE = re.compile(r"^```.*?^```", flags=re.M | re.S)
+
+
+def test_the_readme_is_at_most_300_lines():
+    assert len(README.read_text().splitlines()) <= 300
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_points_at_a_file_here():
+    checked = 0
+    for page in DOC_PAGES:
+        text = FENCE.sub("", page.read_text())
+        for target in LINK.findall(text):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue  # a URL or an anchor on the same page
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            assert path.is_relative_to(ROOT), f"{page.relative_to(ROOT)}: {target} leaves the repository"
+            assert path.exists(), f"{page.relative_to(ROOT)}: {target} does not exist"
+            checked += 1
+    assert checked >= 10
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    targets = {(ROOT / t.split("#", 1)[0]).resolve() for t in LINK.findall(README.read_text())}
+    for page in DOC_PAGES[1:]:
+        assert page.resolve() in targets, f"{page.relative_to(ROOT)} is not linked from the README"
+
+
+def test_the_readme_tool_table_lists_exactly_the_tools_of_the_tool_table():
+    from finality_gym.tools import TOOL_TABLE
+
+    section = README.read_text().split("\n## The twelve tools\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\|\s*`(\w+)`", section, flags=re.M)
+    assert tuple(listed) == tuple(t["name"] for t in TOOL_TABLE)
+
+
+def test_the_citation_names_the_packaged_version_and_the_license():
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
+    citation = (ROOT / "CITATION.cff").read_text()
+    assert re.search(rf"^version: \"?{re.escape(version)}\"?$", citation, re.M)
+    assert re.search(r"^license: MIT$", citation, re.M)
+    assert "MIT License" in (ROOT / "LICENSE").read_text()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import finality_gym
-from eval.grader import RunConfig, grade, read_rows
+from eval.grader import RunConfig, grade
+from eval.runfolder import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = tuple(t.task_id for t in finality_gym.load_corpus("public").tasks[::8])

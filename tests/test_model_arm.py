@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from agents import brief_for, make_policy, run_episode
-from agents.model import ModelConfig, ModelPolicy, Transcript
+from agents.model import ModelConfig, ModelPolicy
+from eval.model_arm import Transcript, read_transcript
 from eval import model_arm
 from eval.__main__ import EXIT_INCOMPLETE, main
-from eval.grader import read_rows
+from eval.runfolder import read_rows
 from finality_gym import PROBE_ARMS, load_corpus
 from finality_gym.episode import EpisodeRecord
 
@@ -116,7 +117,7 @@ def test_retries_exhausted_no_row_non_zero_exit_and_a_rerun_pays_no_turn_twice(t
     assert len(failed) == 1 and "503" in failed[0]["error"]
     assert not (out / "summary.json").exists()
     assert (failed[0]["task_id"], failed[0]["seed"]) not in records(rows)
-    recorded = sum(len(Transcript(p).lines) for p in (out / "transcripts").glob("*.jsonl"))
+    recorded = sum(len(read_transcript(p)) for p in (out / "transcripts").glob("*.jsonl"))
     assert recorded == first_turns - 3  # every answered turn is on disk
     with ChatServer(policy="sop") as server:
         assert main(argv + ["--base-url", server.base_url]) == 0
@@ -125,7 +126,7 @@ def test_retries_exhausted_no_row_non_zero_exit_and_a_rerun_pays_no_turn_twice(t
     assert len(rows) == 48 and not (out / "incomplete.json").exists()
     again = [r for r in rows if (r["task_id"], r["seed"]) == (failed[0]["task_id"], failed[0]["seed"])]
     assert again[0]["replayed"] > 0
-    total = sum(len(Transcript(p).lines) for p in (out / "transcripts").glob("*.jsonl"))
+    total = sum(len(read_transcript(p)) for p in (out / "transcripts").glob("*.jsonl"))
     assert rerun_turns == total - recorded  # zero requests for the turns already recorded
     assert records(rows) == records(read_rows(out / "scripted" / "episodes.jsonl"), "sop")
 
@@ -243,7 +244,7 @@ def test_twin_halves_are_told_the_same_until_t_det(tmp_path):
             for task in (settle, fail):
                 path = tmp_path / f"{task.task_id}.jsonl"
                 run_episode(ModelPolicy(config(server), transcript=Transcript(path)), task, 0)
-                messages = [m for line in Transcript(path).lines for m in line["new_messages"]]
+                messages = [m for line in read_transcript(path) for m in line["new_messages"]]
                 conversations.append(messages)
             t_det = settle.t_det
             before = []

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import finality_gym
-from agents import FLOORS, HEADLINE, Brief, Privilege, brief_for, make_policy, run_episode
+from eval.headline import HEADLINE
+from agents import FLOORS, Brief, Privilege, brief_for, make_policy, run_episode
 from agents.learned import GymPolicy, load_sb3
 from finality_gym.env import FinalityEnv
 

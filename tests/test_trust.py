@@ -14,9 +14,9 @@ import pytest
 
 import finality_gym
 from agents import brief_for, run_episode
-from agents.registry import split_specs
+from agents.spec import split_specs
 from eval.__main__ import main
-from eval.grader import read_rows, writer_lock
+from eval.runfolder import lock, read_rows
 from finality_gym import load_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,7 +137,8 @@ def test_the_projects_scripted_policies_read_only_the_brief_and_the_results(tmp_
     rows = read_rows(tmp_path / "run" / "episodes.jsonl")
     by = {}
     for row in rows:
-        by.setdefault(row["policy"], []).append({k: v for k, v in row.items() if k != "policy"})
+        by.setdefault(row["policy"], []).append(  # an outside row adds its class's name
+            {k: v for k, v in row.items() if k not in ("policy", "policy_name")})
     for name, cls in classes.items():
         assert by[name] == by[f"agents.scripted:{cls}"], name
 
@@ -232,7 +233,7 @@ def test_a_changed_model_file_is_refused_on_resume(tmp_path, capsys):
 
 def test_a_second_writer_on_the_same_folder_is_refused(tmp_path, capsys):
     (tmp_path / "run").mkdir()
-    with writer_lock(tmp_path / "run"):
+    with lock(tmp_path / "run"):
         assert headline(tmp_path, "--seeds", "1", "--policies", "finality_gate") == 2
     assert "being written by another run" in capsys.readouterr().err
     assert not (tmp_path / "run" / "episodes.jsonl").exists()

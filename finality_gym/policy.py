@@ -1,11 +1,21 @@
-"""The policy interface: a case brief at the start, then one tool call per step from the last
-result. Only a policy whose class says `privileged = True` is ever handed a `Privilege`, and only
-by the runner; nothing else a policy receives carries the truth."""
+"""The policy interface and the one runner every policy goes through, scripted or learned.
+
+A policy gets a case brief at the start, then makes one tool call per step from the last result.
+Only a policy whose class says `privileged = True` is ever handed a `Privilege`, and only by
+`play` here; nothing else a policy receives carries the truth. It lives in the installed package
+so that a policy written anywhere (a script, a notebook, a submission) imports it with
+`from finality_gym.policy import Policy, run_episode`; `agents/` holds the project's policies.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Generator
+
+from .economics import Costs
+from .episode import Episode, EpisodeRecord
+from .faults import FaultProfile, mix64
+from .tasks import CALL_BUDGET, HANDOVER_AT, HORIZON, SHIP_BY, Task
 
 Call = tuple[str, dict]
 
@@ -13,7 +23,7 @@ Call = tuple[str, dict]
 @dataclass(frozen=True)
 class Brief:
     """What the agent is told when the case is handed over. `seed` seeds a randomized policy;
-    it derives from the order value and the episode seed only (`runner.brief_for`), so both
+    it derives from the order value and the episode seed only (`brief_for`), so both
     halves of a twin pair get the same one and it identifies no task."""
 
     order_value: int
@@ -93,3 +103,41 @@ class Policy:
         """Whether a round of `calls` calls (its final disposition included) whose disposition
         starts `ticks` from now still fits in the budget and before the ship-by deadline."""
         return calls <= self.calls_left and self.now + ticks <= self.brief.ship_by
+
+
+_SAMPLER_SALT = 0x6A09E667F3BCC909
+
+
+def brief_for(task: Task, seed: int, probe: str) -> Brief:
+    """The case brief: no task id, archetype, fate or t_det. Its sampler seed is a function of
+    what the brief already says (the order value) and the episode seed alone, so it is the same
+    for both halves of a twin pair and no policy can map it back to a task: the corpus ships with
+    the package, so a seed derived from anything task-specific (the fault key, say) would name
+    the task to a policy that recomputes it for every task."""
+    return Brief(order_value=task.order_value, handover_at=HANDOVER_AT, ship_by=SHIP_BY,
+                 horizon=HORIZON, budget=CALL_BUDGET, probe=probe,
+                 seed=mix64(_SAMPLER_SALT ^ (task.order_value << 20) ^ seed) & 0x7FFFFFFF)
+
+
+def play(policy: Policy, task: Task, seed: int, faults: FaultProfile | None = None,
+         probe: str = "full", costs: Costs | None = None) -> Episode:
+    """One episode of `policy` to its end; returns the ended `Episode` (to draw it, say)."""
+    episode = Episode(task, seed=seed, faults=faults, probe=probe, costs=costs)
+    policy.reset(brief_for(task, seed, probe))
+    if type(policy).privileged:
+        policy.grant(Privilege(task.fate, task.t_det))
+    result = None
+    call = episode.call
+    while not episode.done:
+        try:
+            tool, args = policy.act(result)
+        except GiveUp:
+            episode.lapse()
+            break
+        result = call(tool, **args)
+    return episode
+
+
+def run_episode(policy: Policy, task: Task, seed: int, faults: FaultProfile | None = None,
+                probe: str = "full", costs: Costs | None = None) -> EpisodeRecord:
+    return play(policy, task, seed, faults, probe, costs).record()

@@ -1,0 +1,204 @@
+"""One module owns the run folder (`eval/runfolder.py`), one parses policy specs
+(`agents/spec.py`): readers change nothing, rows go in job order, a replaced model is graded as
+what it now is, every spec kind parses one way, and the import graph has no circle."""
+
+import ast
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import finality_gym
+from agents import PolicySpec, make_policy, split_specs
+from eval import seeds as aggregate
+from eval.grader import RunConfig, grade
+from eval.runfolder import OrderedAppender, keep_in_order, lock, read_rows, repair, seal
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = tuple(t.task_id for t in finality_gym.load_corpus("public").tasks[::40])
+MODEL = ROOT / "models" / "ppo_full.zip"
+
+
+def test_readers_never_change_a_torn_file_and_the_writer_repairs_it(tmp_path):
+    config = RunConfig(("eager",), seeds=(0,), tasks=TASKS)
+    rows = grade(config, tmp_path, progress=False)
+    path = tmp_path / "episodes.jsonl"
+    torn = path.read_bytes() + b'{"policy":"eag'
+    path.write_bytes(torn)
+    assert read_rows(path) == rows
+    assert path.read_bytes() == torn  # the reader cut nothing off
+    from eval.headline import recorded
+    recorded(config, tmp_path)  # the summary's reader neither
+    assert path.read_bytes() == torn
+    assert grade(config, tmp_path, progress=False) == rows  # the writer, under the lock, does
+    assert path.read_bytes() == torn[:torn.rfind(b"\n") + 1]
+
+
+def test_repair_cuts_only_a_torn_tail(tmp_path):
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b"a\nb\n")
+    repair(path)
+    assert path.read_bytes() == b"a\nb\n"
+    path.write_bytes(b"a\nb")
+    repair(path)
+    assert path.read_bytes() == b"a\n"
+
+
+def test_the_appender_writes_in_job_order_and_skips_failed_jobs(tmp_path):
+    path = tmp_path / "out.jsonl"
+    appender = OrderedAppender(path)
+    assert appender.put(2, "c") == []
+    assert appender.put(1, None) == []
+    assert path.read_text() == ""
+    assert appender.put(0, "a") == ["a", "c"]
+    assert appender.extend(3, ["d", "e"]) == ["d", "e"]
+    appender.close()
+    assert path.read_text() == "a\nc\nd\ne\n"
+
+
+def test_keep_in_order_rewrites_only_a_file_out_of_job_order(tmp_path):
+    rows = [{"policy": p, "task_id": t, "seed": 0, "gap": 0, "position": 0}
+            for p, t in [("x", "other"), ("a", "t2"), ("a", "t1")]]
+    path = tmp_path / "episodes.jsonl"
+    path.write_text("".join(seal(r) + "\n" for r in rows))
+    jobs = [("a", "t1", 0), ("a", "t2", 0)]
+    keep_in_order(path, read_rows(path), jobs)
+    assert [(r["policy"], r["task_id"]) for r in read_rows(path)] == [
+        ("x", "other"), ("a", "t1"), ("a", "t2")]
+    before = path.stat().st_mtime_ns
+    keep_in_order(path, read_rows(path), jobs)
+    assert path.stat().st_mtime_ns == before
+
+
+def test_a_second_writer_is_refused_by_the_lock(tmp_path):
+    with lock(tmp_path):
+        with pytest.raises(ValueError, match="being written by another run"):
+            grade(RunConfig(("eager",), seeds=(0,), tasks=TASKS), tmp_path, progress=False)
+
+
+def _perturbed(source: Path, target: Path) -> None:
+    from stable_baselines3 import PPO
+    import torch
+    model = PPO.load(source, device="cpu")
+    with torch.no_grad():
+        for parameter in model.policy.parameters():
+            parameter.add_(0.5)
+    model.save(target)
+
+
+def test_a_model_file_replaced_in_one_process_is_graded_as_it_now_is(tmp_path):
+    """The grader's policy cache is keyed by what the spec loads, not by the spec alone."""
+    path = tmp_path / "model.zip"
+    shutil.copy(MODEL, path)
+    spec = f"ppo-greedy:{path}"
+    config = RunConfig((spec,), seeds=(0,), tasks=TASKS)
+    before = grade(config, tmp_path / "before", progress=False)
+    _perturbed(MODEL, tmp_path / "other.zip")
+    shutil.copy(tmp_path / "other.zip", path)
+    after = grade(config, tmp_path / "after", progress=False)
+    fresh = grade(RunConfig((f"ppo-greedy:{tmp_path / 'other.zip'}",), seeds=(0,), tasks=TASKS),
+                  tmp_path / "fresh", progress=False)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "policy"} for r in rows]  # noqa
+    assert strip(after) == strip(fresh)
+    assert strip(after) != strip(before)  # the perturbation changed what the model does
+    pinned = json.loads((tmp_path / "after" / "run.json").read_text())["inputs"][spec]
+    assert pinned == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("text,kind,target,arguments", [
+    ("sop", "scripted", "sop", ""),
+    ("sop:poll_interval=30,max_polls=6", "scripted", "sop", "poll_interval=30,max_polls=6"),
+    ("plan:60,original,120,ship", "plan", "60,original,120,ship", ""),
+    ("ppo:models/ppo_full.zip", "ppo", "models/ppo_full.zip", ""),
+    ("ppo-greedy:m.zip", "ppo-greedy", "m.zip", ""),
+    ("model:gpt-4o-mini", "model", "gpt-4o-mini", ""),
+    ("model:qwen2.5:7b", "model", "qwen2.5:7b", ""),
+    ("my_policy.py:Mine", "outside", "my_policy.py", "Mine"),
+    ("pkg.policies:Mine", "outside", "pkg.policies", "Mine"),
+    ("mymod:Mine", "outside", "mymod", "Mine"),
+])
+def test_every_spec_kind_parses_one_way_and_prints_back(text, kind, target, arguments):
+    spec = PolicySpec.parse(text)
+    assert (spec.kind, spec.target, spec.arguments) == (kind, target, arguments)
+    assert str(spec) == text
+
+
+@pytest.mark.parametrize("text,message", [
+    ("psychic", "unknown policy 'psychic'"),
+    ("ppo:", "ppo:... needs its argument"),
+    ("model:gpt", "grade it with python -m eval model"),
+    ("plan:60,ship", "bad plan"),
+    ("react:x=1", "takes no knobs"),
+])
+def test_bad_specs_are_clear_errors(text, message):
+    with pytest.raises(ValueError, match=message):
+        make_policy(text)
+
+
+def test_a_model_spec_is_not_an_outside_module():
+    assert split_specs("model:gpt,sop") == ("model:gpt", "sop")
+    assert PolicySpec.parse("model:gpt").source() is None
+
+
+def test_the_aggregate_takes_a_greedy_learned_policy_too():
+    assert aggregate.learned_spec(["sop", "ppo-greedy:m.zip", "finality_gate"]) == "ppo-greedy:m.zip"
+    assert aggregate.learned_spec(["sop", "ppo:m.zip"]) == "ppo:m.zip"
+    with pytest.raises(ValueError, match="expected one learned policy"):
+        aggregate.learned_spec(["sop", "ppo:a.zip", "ppo-greedy:b.zip"])
+
+
+# ------------------------------------------------------------------------- the import graph
+PACKAGES = ("finality_gym", "agents", "eval", "train")
+LAYER = {name: i for i, name in enumerate(PACKAGES)}
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # the packages are flat: `.` is the module's own package
+                package = module.split(".")[0]
+                name = f"{package}.{node.module}" if node.module else package
+                found.add(name)
+                found |= {f"{name}.{alias.name}" for alias in node.names}
+            else:
+                found.add(node.module)
+                found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).glob("*.py"):
+            name = package if path.name == "__init__.py" else f"{package}.{path.stem}"
+            modules[name] = path
+    return {name: {m for m in _imports(path, name) if m in modules and m != name}
+            for name, path in modules.items()}
+
+
+def test_dependencies_flow_one_way_and_have_no_circle():
+    graph = _graph()
+    for module, targets in graph.items():
+        for target in targets:
+            assert LAYER[target.split(".")[0]] <= LAYER[module.split(".")[0]], (module, target)
+    state: dict[str, int] = {}
+
+    def visit(node, stack):
+        state[node] = 1
+        for target in graph[node]:
+            if target.split(".")[0] in ("agents", "eval", "train") and target == target.split(".")[0]:
+                continue  # a package's __init__ re-exports; its modules are the nodes that count
+            if state.get(target) == 1:
+                raise AssertionError(f"import circle: {' -> '.join(stack + [target])}")
+            if not state.get(target):
+                visit(target, stack + [target])
+        state[node] = 2
+
+    for node in graph:
+        if not state.get(node):
+            visit(node, [node])
