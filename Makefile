@@ -12,7 +12,15 @@ WORKERS ?= 2
 
 NINE := random,optimistic,eager,majority_vote,sop,react,reflection,finality_gate,finality_oracle
 
-.PHONY: run test bench grade-models clean
+.PHONY: run test bench grade-models clean system
+
+# The operating-system sandbox of outside policies needs bubblewrap (`bwrap`); the tests need it.
+# Installed here where it is missing and we can (root with apt-get, as in CI); elsewhere the
+# sandbox tests skip and say why (install the `bubblewrap` package).
+system:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
+	  >/dev/null; } || echo "note: bubblewrap (bwrap) is missing: the sandbox tests will skip"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +37,7 @@ $(ALL_STAMP): pyproject.toml constraints.txt | $(PY)
 run: $(EVAL_STAMP)  ## the main job: the headline evaluation
 	$(PY) -m eval headline --workers $(WORKERS) --out results/headline
 
-test: $(ALL_STAMP)  ## the whole test suite
+test: $(ALL_STAMP) system  ## the whole test suite
 	$(PY) -m pytest -n $(WORKERS) --dist loadgroup tests
 
 bench: $(EVAL_STAMP)  ## the speed benchmarks of the README

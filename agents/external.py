@@ -13,6 +13,11 @@ without importing it: importing would run the submitter's code in the grader) in
 manifest, so a resume with changed code is refused. Only that file is hashed, not what it
 imports. The host is handed that path and hash and runs nothing else (`agents/host.py`).
 
+By default the policy's process runs in the operating-system sandbox (`agents/sandbox.py`:
+bubblewrap around the process, fresh namespaces and limits around every case); `sandbox=False`
+runs it as a plain process of the grader's user, for a policy that needs the network or a
+machine without user namespaces.
+
 Code that does not load (a syntax error, a missing class, a privileged one, another file than
 the hashed one) is a `PolicyLoadError`: `preflight()` raises it before the first case, so it is
 never blamed on a task.
@@ -31,6 +36,7 @@ import time
 
 from finality_gym.policy import Brief, Call, Policy, PolicyError
 
+from . import sandbox
 from .spec import ROOT, PolicySpec
 
 STARTUP_S = 60.0
@@ -46,8 +52,9 @@ class PolicyLoadError(PolicyError):
 
 
 class ExternalPolicy(Policy):
-    def __init__(self, spec: PolicySpec, timeout_s: float | None = None):
+    def __init__(self, spec: PolicySpec, timeout_s: float | None = None, sandbox: bool = True):
         self.name = str(spec)
+        self.sandbox = sandbox
         self.target, self.cls = spec.target, spec.arguments
         self.source = spec.source()  # a missing file or module fails now, in the grader's words
         self.digest = hashlib.sha256(self.source.read_bytes()).hexdigest()
@@ -69,12 +76,20 @@ class ExternalPolicy(Policy):
         # A bare environment: nothing of the grader's (API keys, operators' variables) reaches
         # the policy's process.
         env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agents.host", self.target, self.cls, str(self.source),
-             self.digest], cwd=os.getcwd(), env=env, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, start_new_session=True)
+        if self.sandbox:
+            shown, target, source, path = sandbox.shown_for(self.target, self.source)
+            env = {**{k: v for k, v in env.items() if k not in ("HOME", "TMPDIR", "VIRTUAL_ENV")},
+                   "HOME": "/tmp", "PYTHONPATH": os.pathsep.join([*path, str(ROOT)]),
+                   **{k: os.environ[k] for k in sandbox.PASSED if k in os.environ}}
+            argv = sandbox.command([sys.executable, "-m", "agents.host", target, self.cls,
+                                    source, self.digest], shown, env)
+        else:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            argv = [sys.executable, "-m", "agents.host", self.target, self.cls,
+                    str(self.source), self.digest]
+        self.proc = subprocess.Popen(argv, cwd=os.getcwd(), env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, start_new_session=True)
         self._buffer = b""
         message = self._read(time.monotonic() + STARTUP_S, None)
         if not isinstance(message.get("ready"), str):

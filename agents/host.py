@@ -26,6 +26,11 @@ in an unrecorded order, so counting them tells a policy nothing. The episode's t
 in this process: the grader keeps the engine. Anything the policy prints goes to standard error,
 its tracebacks too.
 
+Under the operating-system sandbox (`agents/sandbox.py`: this process runs under bwrap, and
+`FINALITY_SANDBOX=1` says so) every case's fork first isolates itself (`isolate_case`: its own
+namespaces, a private /tmp, no /proc, no new process, limits), so nothing a case writes or
+starts reaches the next.
+
 When the grader's side is gone (it closed the pipes, or a worker of its was stopped while a case
 ran), there is no one left to tell: the host and its case end at once, quietly, a case stuck in
 a loop too.
@@ -145,6 +150,9 @@ def _in_child(work, grader: int) -> int:
     pid = os.fork()
     if pid == 0:
         try:
+            if os.environ.get("FINALITY_SANDBOX") == "1":
+                from agents.sandbox import isolate_case
+                isolate_case()
             work()
             code = _FINISHED
         except BaseException:  # noqa: BLE001 - the policy may raise anything, SystemExit too

@@ -20,10 +20,12 @@ def is_unprivileged_scripted(spec: str) -> bool:
     return cls is not None and not cls.privileged
 
 
-def make_policy(spec: str | PolicySpec) -> Policy:
+def make_policy(spec: str | PolicySpec, sandbox: bool = True) -> Policy:
+    """The policy a spec names; an outside one runs in the operating-system sandbox unless
+    `sandbox` is False (`agents/sandbox.py`)."""
     parsed = spec if isinstance(spec, PolicySpec) else PolicySpec.parse(spec)
     if parsed.kind == "outside":
-        return ExternalPolicy(parsed)
+        return ExternalPolicy(parsed, sandbox=sandbox)
     if parsed.learned:
         from .learned import load_sb3
         return load_sb3(parsed.target, greedy=parsed.kind == "ppo-greedy")

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -67,6 +68,27 @@ def run_all(out: Path, workers: int, progress: bool, backend: str) -> None:
     print(f"wrote {out}/index.md in {time.perf_counter() - started:.1f} s")
 
 
+def master_seed(args: argparse.Namespace) -> int | None:
+    """The private split's master seed from one of its three sources, never two."""
+    given = {"--master-seed": args.master_seed, "--master-seed-file": args.master_seed_file,
+             "FINALITY_MASTER_SEED": os.environ.get("FINALITY_MASTER_SEED")}
+    given = {k: v for k, v in given.items() if v is not None}
+    if len(given) > 1:
+        raise ValueError(f"give the master seed once, not by {' and '.join(given)}")
+    if not given:
+        return None
+    source, value = given.popitem()
+    if source == "--master-seed-file":
+        try:
+            value = value.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"--master-seed-file {value}: {exc.strerror}") from None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{source}: the master seed must be an integer") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,9 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     h = parsers["headline"]
     h.add_argument("--split", choices=[*SPLITS, PRIVATE], default="public",
                    help="private: generated from --master-seed (for leaderboard operators)")
+    h.add_argument("--master-seed-file", type=Path, default=None,
+                   help="a file holding the private split's master seed (or set "
+                        "FINALITY_MASTER_SEED): only its fingerprint is printed and written, "
+                        "never the seed")
     h.add_argument("--master-seed", type=int, default=None,
-                   help="the private split's master seed: only its fingerprint is printed and "
-                        "written, never the seed")
+                   help="the master seed on the command line: WARNING, every process of the "
+                        "machine can read a command line; prefer --master-seed-file")
+    h.add_argument("--sandbox", choices=("on", "off"), default="on",
+                   help="run outside policies in the operating-system sandbox (default on; "
+                        "off is refused for --split private)")
     h.add_argument("--seeds", type=int, default=5, help="episode seeds 0..N-1")
     h.add_argument("--policies", type=split_specs, action="extend", default=None,
                    help="policy specs, comma-separated or repeated (default: the nine): names, "
@@ -97,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(a model: trusted files only, it unpickles code), FILE.py:CLASS or "
                         "MODULE:CLASS (your own Policy, graded in its own process)")
     h.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
+    h.add_argument("--tasks", type=lambda text: tuple(t for t in text.split(",") if t),
+                   default=None, help="only these task ids, comma-separated (a quick look or a "
+                                      "test; the headline itself is the whole split)")
     show.add_arguments(sub.add_parser("show", help="one episode of one policy, drawn as a "
                                       "timeline PNG"))
     m = parsers["model"]
@@ -124,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "headline":
             headline.run(args.out, args.workers, progress, split=args.split, seeds=args.seeds,
                          policies=tuple(args.policies or HEADLINE), probe=args.probe,
-                         master_seed=args.master_seed, backend=args.backend)
+                         master_seed=master_seed(args), backend=args.backend,
+                         sandbox=args.sandbox == "on", tasks=args.tasks)
         elif args.command == "show":
             return show.main(args)
         elif args.command == "all":

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from agents import Policy, PolicyError, PolicySpec, make_policy, run_episode
+from agents import sandbox
 from agents.external import ExternalPolicy, PolicyLoadError
 from finality_gym import FaultProfile, Task, load_corpus
 from finality_gym.corpus import PRIVATE, use_private
@@ -51,11 +52,16 @@ class RunConfig:
     # The private split's master seed: held in memory, never written (the manifest pins the
     # corpus by its fingerprint).
     master_seed: int | None = field(default=None, repr=False, compare=False)
+    # Outside policies run in the operating-system sandbox (agents/sandbox.py) unless False.
+    sandbox: bool = True
 
     def __post_init__(self) -> None:
         if (self.split == PRIVATE) != (self.master_seed is not None):
             raise ValueError("the private split and a master seed go together: give both "
-                             "--split private and --master-seed, or neither")
+                             "--split private and a master seed, or neither")
+        if self.split == PRIVATE and not self.sandbox:
+            raise ValueError("--sandbox off is refused for --split private: a policy outside "
+                             "the sandbox can read the grader's memory, and with it the split")
         if self.master_seed is not None:
             use_private(self.master_seed)
         if not self.policies:
@@ -170,13 +176,14 @@ def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
     for i in order:
         spec, task_id, seed = jobs[i]
         try:
-            policy = _POLICIES.get((spec, inputs.get(spec)))
+            cached = (spec, inputs.get(spec), config.sandbox)
+            policy = _POLICIES.get(cached)
             if policy is None:
-                policy = make_policy(spec)
+                policy = make_policy(spec, sandbox=config.sandbox)
                 if isinstance(policy, ExternalPolicy) and policy.digest != inputs[spec]:
                     raise PolicyLoadError(f"{spec} could not be loaded: its file changed after "
                                           "the run pinned its hash")
-                _POLICIES[spec, inputs.get(spec)] = policy
+                _POLICIES[cached] = policy
             row = grade_row(policy, spec, corpus.task(task_id), seed, config)
         except PolicyLoadError as exc:  # the code, not a case: no task to name
             error = str(exc)
@@ -283,8 +290,13 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
                                  "seed would travel to every Ray worker (another machine's, on "
                                  "a cluster)")
             from . import distributed  # noqa: F401  (Ray missing: an error now, not mid-run)
+    outside = [s for s in config.policies if PolicySpec.parse(s).kind == "outside"]
+    if outside:  # which sandbox the outside policies were graded in, proven before any case
+        manifest = {**(manifest or {}), "sandbox": sandbox.self_test() if config.sandbox
+                    else "off"}
+    if isinstance(backend, str):
         for spec in config.policies:  # fail now, not in a worker: an outside policy's code is
-            policy = make_policy(spec)  # loaded once in its own process, then let go
+            policy = make_policy(spec, sandbox=config.sandbox)  # loaded once, then let go
             if isinstance(policy, ExternalPolicy):
                 policy.preflight()
     inputs = {spec: digest for spec in config.policies

@@ -152,6 +152,22 @@ def statistics_table(summary: dict) -> str:
     return table(header, rows)
 
 
+def _sandbox_line(summary: dict) -> list[str]:
+    """Where outside policies ran: said in the header, since a grade means little without it."""
+    if "sandbox" not in summary:
+        return []
+    box = summary["sandbox"]
+    if box == "off":
+        return ["**Sandbox: off.** Outside policies ran as plain processes of the grader's user "
+                "(`--sandbox off`): they could read the grader's memory and leave state for "
+                "later cases. Do not publish this grade as a leaderboard result.", ""]
+    return [f"**Sandbox: on** ({box['tool']}; self-tested before the first case). Each policy's "
+            f"process: {box['process']}. Each case: {box['case']}. Limits per case: "
+            f"{box['limits']['memory_mb']} MiB address space, {box['limits']['file_mb']} MiB "
+            f"files, {box['limits']['cpu_s']} s CPU, {box['limits']['open_files']} open files.",
+            ""]
+
+
 def report_markdown(summary: dict, title: str) -> str:
     pols = summary["policies"]
     k = len(summary["seeds"])
@@ -161,7 +177,8 @@ def report_markdown(summary: dict, title: str) -> str:
              f"{summary['bootstrap']['method']}, {summary['bootstrap']['replicates']} replicates "
              f"over {summary['bootstrap']['units']} units, generator seed "
              f"{summary['bootstrap']['seed']}. Money in dollars; gap = reference position - "
-             "achieved position.", "", "## Headline", "", statistics_table(summary), "",
+             "achieved position.", "", *_sandbox_line(summary), "## Headline", "",
+             statistics_table(summary), "",
              *(f"- {item}" for item in legend(summary, full=True)), "",
              "## pass^k (tau-bench estimator)", "",
              table(["policy"] + [f"pass^{i}" for i in range(1, k + 1)],
