@@ -1,5 +1,6 @@
 """Env speed: `Finality-v0` steps per second under a uniformly random policy, resets included,
-side by side with `CartPole-v1` (both through `gym.make`, in the same run); prints the ratio.
+side by side with `CartPole-v1` (both through `gym.make`, in the same run); prints the ratio;
+and the seconds an `rgb_array` frame takes.
 
     .venv/bin/python benchmarks/env.py [--seconds 3]
 
@@ -45,6 +46,24 @@ def main() -> None:
     print(f"CartPole-v1 steps/s: {cartpole:,.0f}")
     print(f"Finality-v0 steps/s (resets included): {finality:,.0f}")
     print(f"ratio Finality / CartPole: {finality / cartpole:.2f}")
+    print(f"rgb_array render, seconds a frame (a finished case, fault marks included): "
+          f"{seconds_a_frame():.3f}")
+
+
+def seconds_a_frame(frames: int = 5) -> float:
+    """The timeline picture of one finished case with several reads and retries, redrawn."""
+    env = gym.make("Finality-v0", render_mode="rgb_array")
+    env.reset(seed=3)
+    terminated = truncated = False
+    for action in [0, 1, 2, 3, 4, 5] * 6:
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+    env.render()  # the first frame imports matplotlib and draws the shared layer
+    start = time.perf_counter()
+    for _ in range(frames):
+        env.render()
+    return (time.perf_counter() - start) / frames
 
 
 if __name__ == "__main__":

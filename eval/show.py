@@ -6,7 +6,7 @@
 The episode is played exactly as the grader plays it: the policy spec goes through
 `agents.make_policy` (names, `sop:...`, `plan:...`, `ppo:PATH`, `FILE.py:CLASS`, ...), the brief
 is `agents.brief_for`, the fault profile and costs are the grader's defaults, and the loop is
-the grader's own (`agents.runner.play`, which returns the ended `Episode` to draw with
+the grader's own (`finality_gym.policy.play`, which returns the ended `Episode` to draw with
 `finality_gym.timeline.draw`, the env's `rgb_array` frame).
 The picture is the final frame: what each system showed at each read, every call, and, since the
 case has ended, what really happened and the outcome. Prints the disposition, the position, the
@@ -22,18 +22,36 @@ from pathlib import Path
 
 from agents import make_policy
 from agents.external import ExternalPolicy
-from agents.runner import play
+from finality_gym.policy import play
 from finality_gym import PROBE_ARMS, SPLITS, load_corpus
 
 DEFAULT_DIR = Path("results") / "show"
+FILE_SUFFIXES = (".zip", ".py")  # a saved model's, a policy file's: no part of the PNG's name
+NAME_LIMIT = 80                  # characters of the policy spec in the PNG's name
 
 
 def default_path(spec: str, task_id: str, seed: int) -> Path:
-    """`results/show/<policy>_<task>_s<seed>.png`, with anything but letters, digits, `.`,
-    `-` and `_` in the policy spec and task id replaced (a `ppo:PATH` spec holds slashes)."""
-    def clean(text: str) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")[:80] or "x"
-    return DEFAULT_DIR / f"{clean(spec)}_{clean(task_id)}_s{seed}.png"
+    """`results/show/<policy>_<task>_s<seed>.png`, a name safe on any filesystem. The spec's
+    file names lose their suffix (`ppo:models/ppo_full.zip` gives `ppo_models_ppo_full`,
+    `agents/mine.py:Mine` gives `agents_mine_Mine`), so the PNG's name has one; a spec too long
+    keeps its head and its tail, where a model's file name is."""
+    name = _clean(":".join(_unsuffixed(part) for part in spec.split(":")))
+    if len(name) > NAME_LIMIT:
+        name = f"{name[:20]}_{name[21 - NAME_LIMIT:]}"
+    return DEFAULT_DIR / f"{name}_{_clean(task_id)}_s{seed}.png"
+
+
+def _unsuffixed(part: str) -> str:
+    for suffix in FILE_SUFFIXES:
+        if part.lower().endswith(suffix):
+            return part[:-len(suffix)]
+    return part
+
+
+def _clean(text: str) -> str:
+    """Letters, digits, `.`, `-` and `_` only: each run of other characters (a spec's `:`, a
+    path's `/` with the `.` or `..` beside it) becomes one `_`; no leading dot; never empty."""
+    return re.sub(r"[^A-Za-z0-9-]*[^A-Za-z0-9._-][^A-Za-z0-9-]*", "_", text).strip("._-") or "x"
 
 
 def save_png(image, path: Path) -> None:

@@ -127,7 +127,7 @@ class FinalityEnv(gym.Env):
       disposition, its time, the position, the reference and the gap in dollars.
     - `"rgb_array"`: an RGB `uint8` image of shape (800, 1280, 3), the same shape at every step
       of every episode (`finality_gym/timeline.py`; matplotlib's Agg, imported at the first
-      render; about 0.1 s a frame). A timeline of the case: x is the clock from the hand-over
+      render; `benchmarks/env.py` measures a frame). A timeline of the case: x is the clock from the hand-over
       t=120 to the horizon t=1800, drawn wider up to the ship-by deadline t=600 (after it the
       scale is 4.5 times compressed and shaded), with the hand-over, the deadline and the
       horizon marked. The header gives the order value, cap1's submission at t=10, the probe
@@ -144,11 +144,14 @@ class FinalityEnv(gym.Env):
         declined, money returned, shipped, nothing), labelled with the read's time where the
         view changed: the processor's status of each capture (and decline), the ledger's cash
         and clearing balances and any imbalance in dollars, the ERP's order status, the bank's
-        credits and debits in dollars; "never read" otherwise.
+        credits and debits in dollars; "never read" otherwise. Once the case has ended, each
+        system's track also marks with a star and a label every delivery or read a profile
+        fault changed (lost, delayed to t, duplicated, reordered, half-committed, stale read):
+        exactly the firings `fault_firings` counts (an archetype's own faults are not marked).
       - *agent calls*: every call at its time: reads as ticks with their systems' letters
         (P, L, E, B), probes with their answer (a `delayed` probe's as-of time too), waits as
-        spans, retries with their key (a fresh key flagged as a second charge), refused calls,
-        and the disposition (or the lapse).
+        spans, retries with their key (a fresh key flagged as another charge), refused calls,
+        and the disposition (or the lapse); a run of identical calls shares one label ("x6").
       A vertical line marks "now" while the case runs, the agent's end once it has ended. Below,
       once ended: the disposition and its time (or the lapse), the position and its parts (cash
       kept, cost of goods, liability, dispute and escalation fees), the reference and the gap in

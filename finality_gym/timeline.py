@@ -9,15 +9,21 @@ to bottom:
   has ended; while it runs the track is an empty box saying so;
 - processor, ledger, ERP, bank: at every read the agent made, what the system showed (a band
   coloured by what the view means, from that read to the next, and a label where it changed);
+  once the case has ended, a star at each delivery or read a profile fault changed, labelled
+  with the fault (lost, delayed, duplicated, reordered, half-committed, stale read);
 - agent calls: reads, probes with their answer, waits as spans, retries with their key, refused
-  calls and the disposition;
+  calls and the disposition; a run of identical calls shares one label ("... x6");
 - below: the outcome (disposition, position, reference, gap) once the case has ended.
 
 What the picture may show is split in two: `_public_view` reads only what the agent was told
 (the order value, the probe arm, the clock, the calls and their results), and `_truth_view` runs
-only for an ended episode. So while a case runs, the two halves of a twin pair render the same
-image byte for byte before `t_det`, and no frame ever names the task, its archetype, its fate
-or its twin half.
+only for an ended episode: the canonical log, `t_det`, the record and the fault marks are all
+ground truth. So while a case runs, the two halves of a twin pair render the same image byte
+for byte before `t_det`, and no frame ever names the task, its archetype, its fate or its twin
+half.
+
+Labels are placed in rows (`_Rows`) so that no two texts overlap; `text_boxes` measures what
+Agg draws, for the tests that hold the picture to it.
 
 matplotlib (Agg through `FigureCanvasAgg`: no pyplot, so no global figure state) is imported on
 the first draw, so `finality_gym` imports without it. The layer that is the same in every frame
@@ -33,6 +39,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .episode import PROBE_DELAY
+from .faults import FAMILIES, FaultProfile
+from .replicas import BANK, BANK_BATCH, ERP, LEDGER, PROCESSOR, Replicas
 from .tasks import (CALL_BUDGET, CAPTURE_SUBMITTED_AT, ESCALATION_DELAY, HANDOVER_AT, HORIZON,
                     SHIP_BY)
 
@@ -45,14 +53,16 @@ SPLIT_AT = 0.62               # share of that width for t = 120..600
 HEADER_Y = 8
 MARKS_Y = (80, 92)            # the rows naming the vertical lines (now, end, t_det)
 TRUTH = (102, 96)             # (top, height) of each track
-PROCESSOR = (204, 72)
-LEDGER = (282, 72)
-ERP = (360, 72)
-BANK = (438, 72)
+PROCESSOR_TRACK = (204, 72)
+LEDGER_TRACK = (282, 72)
+ERP_TRACK = (360, 72)
+BANK_TRACK = (438, 72)
 CALLS = (516, 120)
 AXIS_Y = 650
 FOOTER_Y = 700
 ROW = 14                      # one label row
+LEGEND_X, LEGEND_Y = 830, 684  # the legend's top left
+FOOTER_WIDTH = 780            # the outcome's lines, left of the legend
 FONT = 7.5                    # points, the labels' size
 
 # ----------------------------------------------------------------- colours by meaning
@@ -66,6 +76,7 @@ NEUTRAL = "#343a40"
 FAINT = "#868e96"
 TDET = "#c2255c"
 RETRY = "#0c8599"
+FAULT = "#212529"     # a fault's star and label
 LEGEND = ((PAID, "settled · paid · cash in"), (PENDING, "submitted · pending · unknown"),
           (FAILED, "declined · payment failed"), (RETURNED, "refunded · voided · charged back"),
           (SHIPPED, "goods shipped"), (NOTHING, "nothing shown (yet)"))
@@ -76,11 +87,18 @@ _ERP_COLOUR = {"placed": PENDING, "authorized": PENDING, "payment_pending": PEND
                "paid": PAID, "payment_failed": FAILED, "shipped": SHIPPED,
                "refunded": RETURNED, "disputed": RETURNED}
 # (tool, track name, letter, (top, height), what the label shows)
-_SYSTEMS = (("read_processor", "processor", "P", PROCESSOR, "capture status"),
-            ("read_ledger", "ledger", "L", LEDGER, "cash · clearing"),
-            ("read_erp", "ERP", "E", ERP, "order status"),
-            ("read_bank", "bank", "B", BANK, "statement lines"))
+_SYSTEMS = (("read_processor", "processor", "P", PROCESSOR_TRACK, "capture status"),
+            ("read_ledger", "ledger", "L", LEDGER_TRACK, "cash · clearing"),
+            ("read_erp", "ERP", "E", ERP_TRACK, "order status"),
+            ("read_bank", "bank", "B", BANK_TRACK, "statement lines"))
 _LETTER = {tool: letter for tool, _, letter, _, _ in _SYSTEMS}
+_SYSTEM_OF = {"read_processor": PROCESSOR, "read_ledger": LEDGER, "read_erp": ERP,
+              "read_bank": BANK}
+# what a fault did to the delivery or read it marks, by family: the word its label starts with
+FAULT_WORDS = {"loss": "lost", "delay": "delayed", "duplicate": "duplicated",
+               "partial_commit": "half-committed", "reorder": "reordered",
+               "stale_read": "stale read"}
+assert tuple(FAULT_WORDS) == FAMILIES
 _DISPOSITION_LABEL = {"ship": "SHIP", "refund": "REFUND", "write_off": "WRITE OFF",
                       "escalate": "ESCALATE", "close": "CLOSE"}
 
@@ -101,23 +119,23 @@ def usd(cents: int, sign: bool = False) -> str:
     return ("+" + text) if sign and cents > 0 else text
 
 
-@lru_cache(maxsize=2)
-def _advances(bold: bool) -> dict:
-    """The advance width of each ASCII character, in ems, of the font the labels are drawn in
-    (font metrics only: nothing of any episode)."""
-    from matplotlib import font_manager
-    from matplotlib.ft2font import FT2Font, LoadFlags
-    font = FT2Font(font_manager.findfont(font_manager.FontProperties(
-        weight="bold" if bold else "normal")))
-    return {chr(i): font.load_char(i, flags=LoadFlags.NO_SCALE).horiAdvance / font.units_per_EM
-            for i in range(32, 127)}
+_ADVANCES: dict[tuple[float, bool, str], float] = {}  # font metrics only: no episode's data
 
 
 def _width(text: str, size: float = FONT, bold: bool = False) -> float:
-    """A label's width in pixels, a little over what Agg draws (it hints glyphs narrower at
-    these sizes than their advances say)."""
-    table = _advances(bold)
-    return sum(table.get(ch, 0.84) for ch in text) * size * DPI / 72 * 0.96
+    """A label's width in pixels: the sum of its characters' advances as Agg's hinting rounds
+    them at this size (differently at each), a pixel more; a little over what Agg draws where
+    kerning pulls a pair together. Each advance is looked up once a process."""
+    missing = {ch for ch in text if (size, bold, ch) not in _ADVANCES}
+    if missing:
+        from matplotlib import font_manager
+        from matplotlib.backends.backend_agg import get_hinting_flag
+        font = font_manager.get_font(font_manager.findfont(font_manager.FontProperties(
+            weight="bold" if bold else "normal")))
+        font.set_size(size, DPI)
+        for ch in missing:
+            _ADVANCES[size, bold, ch] = font.load_char(ord(ch), get_hinting_flag()).horiAdvance / 64
+    return sum(_ADVANCES[size, bold, ch] for ch in text) + 1
 
 
 # ----------------------------------------------------------------- what a result showed
@@ -132,6 +150,13 @@ def processor_view(result: dict) -> tuple[str, str, str | None]:
     cap1 = NOTHING if first is None else _STATUS_COLOUR.get(first["status"], NEUTRAL)
     others = [o for o in ops if o["op"] != "cap1"]
     newest = _STATUS_COLOUR.get(others[-1]["status"], NEUTRAL) if others else None
+    if len(others) > 2:  # many fresh captures: counted, or the label would not fit
+        counts: dict[str, int] = {}
+        for op in others:
+            counts[op["status"]] = counts.get(op["status"], 0) + 1
+        parts = parts[:1] if first is not None else []
+        parts.append(f"{len(others)} other captures: "
+                     + ", ".join(f"{n} {status}" for status, n in counts.items()))
     return ", ".join(parts), cap1, newest
 
 
@@ -204,12 +229,26 @@ class PublicView(NamedTuple):
     history: tuple
 
 
+class FaultMark(NamedTuple):
+    """One delivery or read a profile fault changed, for the track of the system `tool` reads.
+    `t` is when the system would have shown the delivery (a bank line: when it would have
+    posted) or the read's time; `moved_to`, for a delayed or reordered delivery, when it showed
+    instead; `what` the event delivered ("" for a read)."""
+
+    tool: str
+    family: str
+    t: int
+    moved_to: int | None
+    what: str
+
+
 class TruthView(NamedTuple):
-    """Only for an ended case: the canonical log, t_det and the episode's record."""
+    """Only for an ended case: the canonical log, t_det, the episode's record and the faults."""
 
     log: tuple
     t_det: int
     rec: object  # finality_gym.EpisodeRecord
+    faults: tuple  # FaultMark, in time order
 
 
 def _public_view(episode) -> PublicView:
@@ -220,32 +259,116 @@ def _public_view(episode) -> PublicView:
 def _truth_view(episode) -> TruthView | None:
     if not episode.done:
         return None
-    return TruthView(tuple(episode.world.log), episode.task.t_det, episode.record())
+    return TruthView(tuple(episode.world.log), episode.task.t_det, episode.record(),
+                     fault_marks(episode))
+
+
+# ----------------------------------------------------------------- the faults (once ended)
+def fault_marks(episode) -> tuple[FaultMark, ...]:
+    """The deliveries and reads the episode's fault profile changed, in time order: exactly the
+    firings its record's `fault_firings` counts (a reorder swaps two deliveries: two marks).
+
+    Found by replaying the replicas of the ended episode (every draw is a pure function of the
+    episode key and an identity, docs/world.md section 4) three times and comparing: under the
+    episode's profile, its reads in their order (so each stale read shows as a firing); without
+    `reorder` (the arrivals before any swap); and with no profile fault (what the world and the
+    case's own archetype faults deliver, which are not marked). Each system's deliveries are
+    built up to the agent's last read of it, as the episode built them. Only for an ended
+    episode: what a fault did is ground truth."""
+    if not episode.done:
+        raise ValueError("fault marks are ground truth: only for an ended episode")
+    world, task, seed, profile = episode.world, episode.task, episode.seed, episode.faults
+    actual = Replicas(world, task, seed, profile)
+    unswapped = Replicas(world, task, seed, profile.without("reorder"))
+    clean = Replicas(world, task, seed, FaultProfile.none())
+    marks = []
+    last_read: dict[str, int] = {}
+    for ordinal, (t, tool, _, _) in enumerate(episode.history):
+        if tool in _SYSTEM_OF:
+            stale = actual.fault_firings()["stale_read"]
+            actual.read(_SYSTEM_OF[tool], t, ordinal)
+            if actual.fault_firings()["stale_read"] > stale:
+                marks.append(FaultMark(tool, "stale_read", t, None, ""))
+            last_read[tool] = t
+    for tool, t in last_read.items():
+        system = _SYSTEM_OF[tool]
+        unswapped.sync(system, t)
+        clean.sync(system, t)
+        marks += _delivery_faults(tool, *(_by_copy(r.deliveries[system])
+                                          for r in (actual, unswapped, clean)))
+    return tuple(sorted(marks, key=lambda m: (m.t, m.tool, m.family)))
+
+
+def _by_copy(deliveries: list) -> dict:
+    """A system's deliveries by (event seq, copy)."""
+    return {(d[1], d[2]): d for d in deliveries}
+
+
+def _delivery_faults(tool: str, actual: dict, unswapped: dict, clean: dict) -> list[FaultMark]:
+    """What the profile changed among one system's deliveries (`_by_copy` of each replay)."""
+    shown = ((lambda arrival: (arrival // BANK_BATCH + 1) * BANK_BATCH) if tool == "read_bank"
+             else (lambda arrival: arrival))
+    marks = []
+    for key, d in clean.items():
+        what = _delivered(d[3])
+        if key[1] == 0 and key not in actual:
+            marks.append(FaultMark(tool, "loss", shown(d[0]), None, what))
+        elif key[1] == 0 and unswapped[key][0] != d[0]:
+            marks.append(FaultMark(tool, "delay", shown(d[0]), shown(unswapped[key][0]), what))
+    for key, d in actual.items():
+        what = _delivered(d[3])
+        if key not in clean:
+            marks.append(FaultMark(tool, "duplicate", shown(d[0]), None, what))
+        elif d[4] and not clean[key][4]:
+            marks.append(FaultMark(tool, "partial_commit", shown(d[0]), None, what))
+        if key[1] == 0 and d[0] != unswapped[key][0]:
+            marks.append(FaultMark(tool, "reorder", shown(unswapped[key][0]), shown(d[0]), what))
+    return marks
+
+
+_DELIVERED = {"order_placed": "order placed", "authorized": "authorized", "shipped": "shipped",
+              "capture_submitted": "submitted", "capture_settled": "settled",
+              "capture_failed": "declined", "refunded": "refunded", "capture_voided": "voided",
+              "chargeback": "chargeback"}
+
+
+def _delivered(event) -> str:
+    """An event as a fault's label names it: the operation (and attempt) and what happened."""
+    if event.op is None:
+        return _DELIVERED[event.kind]
+    attempt = (event.attrs or {}).get("attempt", 1)
+    return f"{event.op if attempt == 1 else f'{event.op} #{attempt}'} {_DELIVERED[event.kind]}"
 
 
 # ----------------------------------------------------------------- label placement
 class _Rows:
-    """Greedy placement of left-aligned labels in a few rows, in time order: a label takes the
-    first row where it does not overlap the previous one, or moves right (a leader joins it to
-    its mark); with neither it is left out (the mark and the band still show)."""
+    """Placement of left-aligned labels in a few rows: a label takes the first row where its
+    span is free, or moves right to the nearest free span of any row (a leader joins it to its
+    mark); with neither it is left out (the mark and the band still show). The spans taken are
+    kept per row, so labels placed later (a track's faults, after its reads) fill the gaps."""
 
     def __init__(self, ys: list[float]):
         self.ys = ys
-        self.ends = [-1e9] * len(ys)
+        self.taken: list[list[tuple[float, float]]] = [[] for _ in ys]
 
     def place(self, x: float, width: float, gap: float = 6,
               shift: float = 0) -> tuple[float, float] | None:
-        x = min(x, WIDTH - 6 - width)
-        for i, end in enumerate(self.ends):
-            if x >= end + gap:
-                self.ends[i] = x + width
-                return x, self.ys[i]
-        i = min(range(len(self.ends)), key=lambda k: self.ends[k])
-        moved = self.ends[i] + gap
-        if moved - x <= shift and moved + width <= WIDTH - 6:
-            self.ends[i] = moved + width
-            return moved, self.ys[i]
-        return None
+        x = max(min(x, WIDTH - 6 - width), X0 - 4)  # never over the track names
+        best = None
+        for i, spans in enumerate(self.taken):
+            spot = min(at for at in [x] + [end + gap for _, end in spans if end + gap > x]
+                       if all(at + width + gap <= start or at >= end + gap
+                              for start, end in spans))
+            if spot == x:
+                best = (x, i)
+                break
+            if best is None or spot < best[0]:
+                best = (spot, i)
+        spot, i = best
+        if spot - x > shift or spot + width > WIDTH - 6:
+            return None
+        self.taken[i].append((spot, spot + width))
+        return spot, self.ys[i]
 
 
 # ----------------------------------------------------------------- drawing
@@ -307,8 +430,9 @@ class _Canvas:
             ax.text(x, y, text, **options)
 
 
-def _rgba(canvas: _Canvas, background: np.ndarray | None = None) -> np.ndarray:
-    """The canvas drawn by Agg over `background` (RGBA), as a new RGBA array."""
+def _figure(*canvases: _Canvas):
+    """A figure of the frame's size with the canvases rendered into its one axes, in pixels;
+    (figure, axes, Agg canvas)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -318,7 +442,14 @@ def _rgba(canvas: _Canvas, background: np.ndarray | None = None) -> np.ndarray:
     ax.set_xlim(0, WIDTH)
     ax.set_ylim(HEIGHT, 0)
     ax.set_axis_off()  # and with it the axes' own background: the layer below shows
-    canvas.render(ax)
+    for canvas in canvases:
+        canvas.render(ax)
+    return fig, ax, agg
+
+
+def _rgba(canvas: _Canvas, background: np.ndarray | None = None) -> np.ndarray:
+    """The canvas drawn by Agg over `background` (RGBA), as a new RGBA array."""
+    fig, _, agg = _figure(canvas)
     renderer = agg.get_renderer()
     renderer.clear()
     if background is not None:  # start from the shared layer instead of a blank page
@@ -354,6 +485,18 @@ def texts(episode) -> list[str]:
     return [text for _, _, text, _ in static.texts + _compose(episode).texts]
 
 
+def text_boxes(episode) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """Every text `draw(episode)` writes, the shared layer's included, with the box Agg draws it
+    in: (text, (x0, y0, x1, y1)) in display pixels, y up (for tests and checks: that no two
+    texts overlap, measured rather than estimated as `_width` does)."""
+    static = _Canvas()
+    _static(static)
+    _, ax, agg = _figure(static, _compose(episode))
+    renderer = agg.get_renderer()
+    return [(text.get_text(), tuple(text.get_window_extent(renderer).extents))
+            for text in ax.texts]
+
+
 def _compose(episode) -> _Canvas:
     """What is particular to this frame, over the shared layer."""
     canvas = _Canvas()
@@ -365,6 +508,7 @@ def _compose(episode) -> _Canvas:
     public = _public_view(episode)
     truth = _truth_view(episode)
     _header(canvas, public, truth)
+    _legend_line(canvas, truth)
     _marks(canvas, public, truth)
     _truth_track(canvas, truth)
     for tool, _, _, (top, _), _ in _SYSTEMS:
@@ -379,7 +523,8 @@ def _static(c: _Canvas) -> None:
     top, bottom = TRUTH[0], CALLS[0] + CALLS[1]
     split = x_of(SHIP_BY)
     c.rect(split, top, X1 - split, bottom - top, "#f1f3f5", z=0)  # after the deadline
-    for track_top, height in (TRUTH, PROCESSOR, LEDGER, ERP, BANK, CALLS):
+    for track_top, height in (TRUTH, PROCESSOR_TRACK, LEDGER_TRACK, ERP_TRACK, BANK_TRACK,
+                              CALLS):
         y = track_top + height + 3
         c.line(8, y, X1, y, "#dee2e6", 0.8, z=0.5)
     for t in (200, 300, 400, 500, 900, 1200, 1500):
@@ -408,20 +553,31 @@ def _static(c: _Canvas) -> None:
     c.text(X0 - 18, AXIS_Y + 1, "t (ticks = s)", ha="right", fontsize=8, color=FAINT)
     c.text(x_of(1200), AXIS_Y + 14, "(scale compressed 4.5x after the deadline)",
            ha="center", fontsize=7, color=FAINT)
-    # the legend
-    lx, ly = 830, FOOTER_Y - 4
+    # the legend (the "now" or "agent's end" entry is the frame's: see _legend_line)
+    lx, ly = LEGEND_X, LEGEND_Y
     c.text(lx, ly, "colours: what a system showed, or the truth", fontsize=7.5, color=FAINT)
     for i, (colour, label) in enumerate(LEGEND):
         col, row = divmod(i, 3)
-        x, y = lx + col * 220, ly + 16 + row * 17
+        x, y = lx + col * 220, ly + 15 + row * 15
         c.rect(x, y - 5, 22, 10, colour)
         c.text(x + 28, y, label, fontsize=7.5)
-    c.line(lx, ly + 70, lx + 22, ly + 70, TDET, 1.6, "dashed")
-    c.text(lx + 28, ly + 70, "t_det (shown once ended)", fontsize=7.5)
-    c.line(lx + 220, ly + 70, lx + 242, ly + 70, SHIPPED, 1.6)
-    c.text(lx + 248, ly + 70, "now (while running)", fontsize=7.5)
-    c.text(lx, ly + 88, "marks: | a read   \u25c6 probe   \u25b2 retry   \u25a0 disposition   "
+    c.line(lx, ly + 62, lx + 22, ly + 62, TDET, 1.6, "dashed")
+    c.text(lx + 28, ly + 62, "t_det (shown once ended)", fontsize=7.5)
+    c.text(lx, ly + 79, "marks: | a read   \u25c6 probe   \u25b2 retry   \u25a0 disposition   "
            "\u25bc true event", fontsize=7, color=FAINT)
+    c.mark(lx + 11, ly + 96, FAULT, "*", 80)
+    c.text(lx + 28, ly + 96, "a fault changed this delivery or read (shown once ended)",
+           fontsize=7.5)
+
+
+def _legend_line(c: _Canvas, truth: TruthView | None) -> None:
+    """The legend entry of the frame's solid vertical line: "now" while the case runs, the
+    agent's end once it has ended."""
+    x, y = LEGEND_X + 220, LEGEND_Y + 62
+    colour, label = (SHIPPED, "now (while running)") if truth is None else (NEUTRAL,
+                                                                           "agent's end")
+    c.line(x, y, x + 22, y, colour, 1.6)
+    c.text(x + 28, y, label, fontsize=7.5)
 
 
 def _lines_over_bands(c: _Canvas) -> None:
@@ -450,7 +606,7 @@ def _header(c: _Canvas, pub: PublicView, truth: TruthView | None) -> None:
            f"{CALL_BUDGET} calls used", fontsize=9, weight="bold")
     c.text(WIDTH - 12, HEADER_Y + 14, f"gap {usd(truth.rec.gap)}", fontsize=15, weight="bold",
            ha="right", color=_gap_colour(truth.rec.gap))
-    c.text(WIDTH - 12, HEADER_Y + 38, f"position {usd(truth.rec.position)} · reference "
+    c.text(WIDTH - 12, HEADER_Y + 52, f"position {usd(truth.rec.position)} · reference "
            f"{usd(truth.rec.reference)}", fontsize=9, ha="right")
 
 
@@ -479,18 +635,20 @@ def _marks(c: _Canvas, pub: PublicView, truth: TruthView | None) -> None:
 
 
 def _label(c: _Canvas, rows: _Rows, x: float, anchor_y: float, text: str,
-           shift: float = 160, **kwargs) -> None:
-    """A label for a mark at column x: in the first free row, or moved right with a leader."""
+           shift: float = 160, **kwargs) -> bool:
+    """A label for a mark at column x: in the first free row, or moved right with a leader.
+    False if there was no room (the label is left out)."""
     width = _width(text, kwargs.get("fontsize", FONT), kwargs.get("weight") == "bold")
     spot = rows.place(x - 3, width, shift=shift)
     if spot is None:
-        return
+        return False
     lx, ly = spot
     if lx > x + 2:  # moved: a leader from the mark to the label
         c.line(x, anchor_y, lx - 1, ly, "#adb5bd", 0.6, z=2.5)
     else:
         c.line(x, ly + 5, x, anchor_y, "#dee2e6", 0.6, z=0.6)
     c.text(lx, ly, text, box=True, **kwargs)
+    return True
 
 
 def _band(c: _Canvas, x0: float, x1: float, y: float, h: float, colour: str,
@@ -511,12 +669,12 @@ def _system_track(c: _Canvas, pub: PublicView, truth: TruthView | None, tool: st
                   top: float) -> None:
     reads = [(t, result) for t, called, _, result in pub.history if called == tool]
     band_y, band_h = top + 46, 18
-    if not reads:
+    if not reads:  # and so no faults either: a system's deliveries are built by its reads
         c.text(X0 + 6, band_y + band_h / 2, "never read", color=FAINT, style="italic")
         return
-    rows = _label_rows(top)
     until = pub.now if truth is None else truth.rec.end_t
     view = _VIEWS[tool]
+    labels = []  # (0 for a read or 1 for a fault, x, text, short text, colour), in that order
     previous = None
     for i, (t, result) in enumerate(reads):
         label, colour, newest = view(result)
@@ -524,9 +682,32 @@ def _system_track(c: _Canvas, pub: PublicView, truth: TruthView | None, tool: st
         _band(c, x_of(t), x_of(end), band_y, band_h, colour, newest)
         c.line(x_of(t), band_y - 3, x_of(t), band_y + band_h + 3, NEUTRAL, 1.0)
         if label != previous:  # a label where the view changed; the band says the rest
-            _label(c, rows, x_of(t), band_y - 3, f"t={t} {label}",
-                   color=colour if colour != NOTHING else FAINT)
+            labels.append((0, x_of(t), f"t={t} {label}", None,
+                           colour if colour != NOTHING else FAINT))
             previous = label
+    for mark in () if truth is None else (m for m in truth.faults if m.tool == tool):
+        labels.append((1, x_of(mark.t), _fault(c, mark, band_y, band_h),
+                       FAULT_WORDS[mark.family], FAULT))
+    rows = _label_rows(top)
+    for _, x, text, short, colour in sorted(labels, key=lambda label: label[:2]):
+        placed = _label(c, rows, x, band_y - 3, text, shift=160 if short is None else 240,
+                        color=colour)
+        if not placed and short is not None:  # a fault is at least named
+            _label(c, rows, x, band_y - 3, short, shift=400, color=colour)
+
+
+def _fault(c: _Canvas, mark: FaultMark, band_y: float, band_h: float) -> str:
+    """A fault's star on the band where the system would have shown the delivery (or at the
+    read), a dotted line under the band to where a moved delivery showed instead; its label."""
+    x = x_of(mark.t)
+    c.mark(x, band_y + band_h / 2, FAULT, "*", 80)
+    word = FAULT_WORDS[mark.family]
+    if mark.moved_to is None:
+        return f"t={mark.t} {word}" + (f": {mark.what}" if mark.what else "")
+    to, y = x_of(mark.moved_to), band_y + band_h + 3
+    c.line(x, y, to, y, FAULT, 0.8, "dotted", z=2.6)
+    c.mark(to, y, FAULT, ">" if mark.moved_to > mark.t else "<", 14)
+    return f"t={mark.t} {word} to t={mark.moved_to}: {mark.what}"
 
 
 def _calls_track(c: _Canvas, pub: PublicView, truth: TruthView | None) -> None:
@@ -534,21 +715,23 @@ def _calls_track(c: _Canvas, pub: PublicView, truth: TruthView | None) -> None:
     reads_y, acts_y, waits_y = top + 64, top + 84, top + 104
     rows = _label_rows(top)
     # reads: a tick each, and their systems' letters (a run of close reads shares one label)
-    runs: list[list] = []
+    groups: list[list] = []
     for t, tool, _, _ in pub.history:
         if tool in _LETTER:
             x = x_of(t)
             c.line(x, reads_y - 4, x, reads_y + 4, NEUTRAL, 1.0)
-            if runs and x - runs[-1][1] < 8:
-                runs[-1][1] = x
-                runs[-1][2] += _LETTER[tool]
+            if groups and x - groups[-1][1] < 8:
+                groups[-1][1] = x
+                groups[-1][2] += _LETTER[tool]
             else:
-                runs.append([x, x, _LETTER[tool]])
+                groups.append([x, x, _LETTER[tool]])
     letters = _Rows([reads_y - 10])
-    for x, _, text in runs:
+    for x, _, text in groups:
         spot = letters.place(x - 2, _width(text, 6.5), gap=2)
         if spot is not None:
             c.text(spot[0], spot[1], text, fontsize=6.5)
+    runs = []  # [first t, last t, count, label, colour, final, first capture]: a label a run
+    captures = 1  # cap1, and one more for each fresh retry
     for t, tool, args, result in pub.history:
         x = x_of(t)
         if tool in _LETTER:
@@ -569,8 +752,8 @@ def _calls_track(c: _Canvas, pub: PublicView, truth: TruthView | None) -> None:
             marker, size = ("X", 40) if "error" in result else ("D", 34)
         elif tool == "retry_capture":
             fresh = args.get("key") == "fresh"
-            label = ("retry with a FRESH key: a new capture (2nd charge)" if fresh
-                     else "retry cap1 with its original key")
+            captures += fresh
+            label = "retry with a FRESH key" if fresh else "retry cap1 with its original key"
             colour, marker, size = (FAILED if fresh else RETRY), "^", 50
         elif "error" in result:
             label, colour, marker, size = f"{tool} refused (after the deadline)", FAILED, "X", 50
@@ -578,7 +761,18 @@ def _calls_track(c: _Canvas, pub: PublicView, truth: TruthView | None) -> None:
             label, colour, marker, size = _DISPOSITION_LABEL.get(tool, tool), NEUTRAL, "s", 70
             final = True
         c.mark(x, acts_y, colour, marker, size)
-        _label(c, rows, x, acts_y - 6, f"t={t} {label}", color=colour,
+        run = runs[-1] if runs else None
+        if run is not None and run[3] == label and x - x_of(run[0]) < _width(f"t={t} {label}"):
+            run[1], run[2] = t, run[2] + 1  # the same call again, under this run's label
+        else:
+            runs.append([t, t, 1, label, colour, final, captures])
+    for first, last, count, label, colour, final, capture in runs:
+        if label == "retry with a FRESH key":  # each one a new capture: another charge
+            label += (f": new capture cap{capture} (charge #{capture})" if count == 1 else
+                      f": new captures cap{capture}-cap{capture + count - 1} "
+                      f"(charges #{capture}-#{capture + count - 1})")
+        text = f"t={first} {label}" if count == 1 else f"t={first}-{last} {label} x{count}"
+        _label(c, rows, x_of(first), acts_y - 6, text, color=colour,
                weight="bold" if final else "normal")
     if truth is not None and truth.rec.lapsed:
         x = x_of(truth.rec.end_t)
@@ -602,7 +796,7 @@ def _event_label(event) -> str:
     who = op if attempt == 1 else f"{op} #{attempt}"
     if kind == "capture_submitted":
         return (f"{op} retried (attempt {attempt})" if op == "cap1"
-                else f"{op} submitted: a 2nd charge")
+                else f"{op} submitted: another charge")
     if kind == "capture_settled":
         return f"{who} settled {usd(event.amount, sign=True)}"
     if kind == "capture_failed":
@@ -679,15 +873,20 @@ def _footer(c: _Canvas, truth: TruthView | None) -> None:
         c.text(20, y + 36, "(the disposition, the position, the reference and the gap appear "
                "once the agent disposes of the case or it lapses)", fontsize=8, color=FAINT)
         return
-    how = ("lapsed: closed when the budget or the horizon ran out" if truth.rec.lapsed
-           else f"{truth.rec.disposition} at t={truth.rec.end_t}")
+    rec = truth.rec
+    how = ("lapsed: closed when the budget or the horizon ran out" if rec.lapsed
+           else f"{rec.disposition} at t={rec.end_t}")
     c.text(20, y + 8, f"outcome: {how}", fontsize=11, weight="bold")
-    c.text(20, y + 30, f"position {usd(truth.rec.position)} = cash kept {usd(truth.rec.cash)} − cost of "
-           f"goods {usd(truth.rec.cogs)} − liability {usd(truth.rec.liability)} − dispute fee "
-           f"{usd(truth.rec.dispute)} − escalation fee {usd(truth.rec.escalation)}", fontsize=8.5)
-    c.text(20, y + 50, f"reference {usd(truth.rec.reference)} (what was possible knowing only when "
-           "and how cap1 resolves)", fontsize=8.5)
-    c.text(20, y + 72, f"gap {usd(truth.rec.gap)} (excess loss = reference − position) · goods "
-           f"left: {'yes' if truth.rec.goods_left else 'no'} · escalated: "
-           f"{'yes' if truth.rec.escalated else 'no'}", fontsize=9, weight="bold",
-           color=_gap_colour(truth.rec.gap))
+    lines = ((y + 30, f"position {usd(rec.position)} = cash kept {usd(rec.cash)} − cost of goods "
+              f"{usd(rec.cogs)} − liability {usd(rec.liability)} − dispute fee "
+              f"{usd(rec.dispute)} − escalation fee {usd(rec.escalation)}", 8.5, {}),
+             (y + 50, f"reference {usd(rec.reference)} (what was possible knowing only when and "
+              "how cap1 resolves)", 8.5, {}),
+             (y + 72, f"gap {usd(rec.gap)} (excess loss = reference − position) · goods "
+              f"shipped: {'yes' if rec.goods_left else 'no'} · escalated: "
+              f"{'yes' if rec.escalated else 'no'}", 9,
+              {"weight": "bold", "color": _gap_colour(rec.gap)}))
+    for line_y, text, size, kwargs in lines:  # smaller where large sums would reach the legend
+        while size > 6 and _width(text, size, "weight" in kwargs) > FOOTER_WIDTH:
+            size -= 0.5
+        c.text(20, line_y, text, fontsize=size, **kwargs)

@@ -1,10 +1,10 @@
 """The `rgb_array` timeline, the vector envs SB3 builds with it, `python -m eval show`, and the
 registration's argument checks."""
 
+import itertools
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -16,7 +16,7 @@ import finality_gym
 from agents import make_policy, run_episode
 from eval.__main__ import main as eval_main
 from eval.show import default_path, show
-from finality_gym import timeline
+from finality_gym import Episode, timeline
 from finality_gym.env import FinalityEnv
 
 PUBLIC = finality_gym.load_corpus("public")
@@ -125,16 +125,78 @@ def test_the_picture_names_no_task_and_keeps_the_truth_until_the_end():
             assert not any(word in said for word in (task.task_id, *forbidden))
 
 
-def test_a_render_is_fast_and_finality_gym_imports_without_matplotlib():
-    env = _env(_task("stale_processor"))
-    for action in [0, 1, 2, 3, 4, 5] * 6:
-        env.step(action)
-    episode = env.unwrapped.episode
-    timeline.draw(episode)  # the first draw imports matplotlib and draws the shared layer
-    started = time.perf_counter()
-    for _ in range(3):
-        timeline.draw(episode)
-    assert (time.perf_counter() - started) / 3 < 0.5  # about 0.1 s on one core
+def _overlaps(episode):
+    """The pairs of texts whose boxes, as Agg draws them, intersect."""
+    boxes = timeline.text_boxes(episode)
+    return [(a, b) for (a, p), (b, q) in itertools.combinations(boxes, 2)
+            if p[0] < q[2] and q[0] < p[2] and p[1] < q[3] and q[1] < p[3]]
+
+
+def _calls(episode, calls):
+    for tool, *arg in calls:
+        episode.call(tool, **({"ticks": arg[0]} if tool == "wait" else
+                              {"key": arg[0]} if arg else {}))
+    return episode
+
+
+READS = [("read_processor",), ("read_ledger",), ("read_erp",), ("read_bank",)]
+
+
+def test_no_two_texts_overlap_and_a_run_of_retries_shares_one_label():
+    # a probe, six keyed retries in a row, a read, three fresh retries (each one more charge)
+    episode = _calls(Episode(_task("pending_fail"), seed=3),
+                     READS + [("probe_processor",)] + [("retry_capture", "original")] * 6
+                     + [("read_processor",)] + [("retry_capture", "fresh")] * 3)
+    assert not _overlaps(episode)
+    said = timeline.texts(episode)
+    assert "t=129-134 retry cap1 with its original key x6" in said
+    assert ("t=136-138 retry with a FRESH key: new captures cap2-cap4 (charges #2-#4) x3"
+            in said)
+    _calls(episode, [("wait", 200)] + READS + [("refund",)])
+    assert episode.done and not _overlaps(episode)
+    # the longest header line (probe arm rate_limited) beside the position; a footer of large
+    # sums beside the legend; twenty captures in one processor read
+    late = _calls(Episode(_task("late_chargeback"), seed=34, probe="rate_limited"),
+                  READS + [("probe_processor",), ("wait", 100), ("ship",)])
+    task = PUBLIC.task("pub-205-partial_ledger")
+    held = _calls(Episode(task, seed=72), [("retry_capture", "fresh")] * 3
+                  + [("wait", 200), ("ship",)])
+    many = _calls(Episode(task, seed=72),
+                  [("retry_capture", "fresh")] * 20 + [("wait", 400)] + READS + [("escalate",)])
+    assert held.record().liability == 3 * task.order_value  # sums of five digits
+    for ended in (late, held, many):
+        assert ended.done and not _overlaps(ended)
+
+
+def test_the_outcome_says_whether_the_goods_shipped_and_the_now_line_is_named_while_running():
+    shipped = _calls(Episode(_task("pending_settle"), seed=1), READS)
+    said = timeline.texts(shipped)
+    assert "now (while running)" in said and "agent's end" not in said
+    _calls(shipped, [("ship",)])
+    kept = _calls(Episode(_task("pending_fail"), seed=1), READS + [("refund",)])
+    for episode, answer in ((shipped, "yes"), (kept, "no")):
+        assert episode.record().goods_left is (answer == "yes")  # a shipped event, by anyone
+        said = " ".join(timeline.texts(episode))
+        assert f"goods shipped: {answer}" in said and "goods left" not in said
+        assert "now (while running)" not in said and "agent's end" in timeline.texts(episode)
+
+
+def test_the_default_png_name_drops_the_spec_files_suffixes_and_is_filesystem_safe():
+    task = "pub-000b-pending_fail"
+    for spec, name in (("ppo:models/ppo_full.zip", "ppo_models_ppo_full"),
+                       ("ppo-greedy:" + ".." + "/runs/ppo_full.ZIP", "ppo-greedy_runs_ppo_full"),
+                       ("agents/mine.py:Mine", "agents_mine_Mine"),
+                       ("sop:poll_interval=60,max_polls=4", "sop_poll_interval_60_max_polls_4"),
+                       ("react", "react"), ("..", "x")):
+        path = default_path(spec, task, 3)
+        assert path == Path("results", "show", f"{name}_{task}_s3.png"), spec
+    long = default_path("ppo:/" + "deep/" * 40 + "ppo_noprobe.zip", task, 0)
+    stem = long.name.removesuffix(f"_{task}_s0.png")
+    assert len(stem) <= 80 and stem.startswith("ppo_deep") and stem.endswith("ppo_noprobe")
+
+
+def test_finality_gym_imports_without_matplotlib():
+    """(The speed of a frame is measured in benchmarks/env.py, never asserted here.)"""
     code = ("import sys, gymnasium as gym, finality_gym; env = gym.make('Finality-v0'); "
             "env.reset(seed=0); env.step(0); print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -237,6 +299,7 @@ def test_eval_show_plays_a_saved_model_through_ppo_path(tmp_path, monkeypatch, c
     path = default_path(spec, task.task_id, 2)
     assert path.parent == Path("results", "show")
     assert ":" not in path.name and "/" not in path.name and path.name.endswith("_s2.png")
+    assert path.name.endswith(f"_untrained_{task.task_id}_s2.png")  # no ".zip" in the name
     assert _png_size(tmp_path / path) == (1280, 800)
     record = run_episode(make_policy(spec), task, 2)
     assert f"gap {_usd(record.gap)}" in capsys.readouterr().out

@@ -1,16 +1,22 @@
-"""`python -m train sweep` with the local backend: layout, aggregate, resume, reproducibility.
-(The Ray backend is in tests/test_ray.py; this module never imports Ray.)"""
+"""`python -m train sweep` with the local backend: layout, aggregate, resume, reproducibility,
+Ctrl-C and a killed sweep. (The Ray backend is in tests/test_ray.py; this module never imports
+Ray.)"""
 
 import json
+import os
+import queue
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from eval.grader import read_rows
+from eval.runfolder import lock, read_rows
 from train.__main__ import main as train_cli
 from train.ppo import PPOConfig, train
 from train.sweep import check, parse_seeds, sweep
@@ -143,7 +149,10 @@ def test_seeds_killed_after_a_checkpoint_resume_from_it(swept, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["training"]["0"]["resumed_from"] == 2048  # the torn 4096 was passed over
     assert summary["training"]["1"]["resumed_from"] == 1024
-    assert _validations(zero)[-1] == 2048  # the missed final validation, run on resume
+    assert _validations(zero) == [2, 1026, 2048]  # the missed final validation, run on resume
+    # seed 1 counts from its last validation (1026), not from its checkpoint (1024): no second
+    # validation at its first step
+    assert _validations(one) == [2, 1026, 2048]
     for run in (zero, one):
         assert json.loads((run / "result.json").read_text())["timesteps"] == 2048
         assert (run / "eval_regenerated" / "summary.json").is_file()
@@ -151,13 +160,11 @@ def test_seeds_killed_after_a_checkpoint_resume_from_it(swept, tmp_path):
 
 def test_a_seed_being_trained_elsewhere_is_refused(swept, tmp_path, capfd):
     import shutil
-
-    from eval.grader import writer_lock
     out = tmp_path / "sweep"
     shutil.copytree(swept, out)
     (out / "seed_1" / "result.json").unlink()
     before = snapshot(out / "seed_1")
-    with writer_lock(out / "seed_1"):  # as a killed sweep's orphaned worker would hold it
+    with lock(out / "seed_1"):  # as a killed sweep's orphaned worker would hold it
         assert train_cli(["sweep", "--seeds", "0-1", "--out", str(out), *TINY]) == 2
     error = capfd.readouterr().err
     assert f"{(out / 'seed_1').resolve()} is being written by another run" in error
@@ -185,7 +192,8 @@ def test_a_sweep_folder_keeps_its_recipe(swept, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("3-1", "not a range"), ("a", "not a seed"), ("-2", "not a seed"), ("0-200", "at most 100"),
+    ("3-1", "3-1 runs backwards; write 1-3"), ("a", "not a seed"), ("-2", "not a seed"),
+    ("0-200", "at most 100"),
     ("0-99999999999", "not a range of seeds in 0..2"), ("0-60,100-160", "at most 100"),
     (str(2**32), "not a range of seeds in 0..2"),
 ])
@@ -231,3 +239,117 @@ def test_without_ray_the_ray_backends_are_a_clear_error_that_writes_nothing(tmp_
     assert len(errors) == 2 and all(e.startswith("error: --backend ray needs Ray") and
                                     "'.[ray]'" in e for e in errors), errors
     assert not out.exists()
+
+
+def test_the_sweep_has_its_own_help_and_names_its_backends(capsys):
+    with pytest.raises(SystemExit):
+        train_cli(["sweep", "--help"])
+    text = capsys.readouterr().out
+    assert "training steps of each seed" in text and "--resume" not in text
+    assert "--backend {local,ray}" in text
+    with pytest.raises(SystemExit):
+        train_cli(["sweep", "--backend", "slurm", "--out", "never"])
+    assert "invalid choice: 'slurm'" in capsys.readouterr().err
+    assert not Path("never").exists()
+
+
+def test_an_out_folder_under_a_file_is_a_one_line_error(tmp_path, capsys):
+    file = tmp_path / "somefile"
+    file.write_text("mine")
+    assert train_cli(["sweep", "--seeds", "0", "--out", str(file / "x"), *TINY]) == 2
+    assert capsys.readouterr().err == f"error: --out {file / 'x'}: {file} is a file, not a folder\n"
+    assert file.read_text() == "mine"
+
+
+# ------------------------------------------------------------ Ctrl-C, and a killed sweep
+ROOT = Path(__file__).resolve().parents[1]
+LONGER = ["--timesteps", "4096", *TINY[2:]]
+
+
+class Sweep:
+    """`python -m train sweep` in a process group of its own (as a terminal runs it), its
+    stdout read line by line as it comes."""
+
+    def __init__(self, args: list[str], env: dict | None = None):
+        self.process = subprocess.Popen([sys.executable, "-m", "train", "sweep", *args],
+                                        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, start_new_session=True, env=env)
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def wait_for(self, *patterns: str, timeout: float = 300) -> None:
+        """Until every pattern has matched a line of stdout."""
+        deadline = time.monotonic() + timeout
+        while not all(any(re.search(p, line) for line in self.seen) for p in patterns):
+            try:
+                self.seen.append(self.lines.get(timeout=max(deadline - time.monotonic(), 0)))
+            except queue.Empty:
+                raise AssertionError(f"no {patterns} in {self.seen}; "
+                                     f"exit {self.process.poll()}") from None
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running: neither gone nor a zombie that waits for its reaper."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def gone_soon(pids: list[int], seconds: float = 5) -> None:
+    deadline = time.monotonic() + seconds
+    while living := [pid for pid in pids if alive(pid)]:
+        assert time.monotonic() < deadline, f"processes {living} live on"
+        time.sleep(0.1)
+
+
+def test_ctrl_c_stops_a_local_sweep_with_a_hint_and_no_traceback(tmp_path):
+    out = tmp_path / "sweep"
+    sweep = Sweep(["--seeds", "0-1", "--workers", "2", "--out", str(out), *LONGER])
+    sweep.wait_for(r"^seed \d: +2 steps")
+    workers = children(sweep.process.pid)
+    assert len(workers) >= 2
+    os.killpg(sweep.process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    assert sweep.process.wait(timeout=60) == 130
+    assert sweep.process.stderr.read() == "interrupted; re-run to resume\n"
+    gone_soon(workers)  # the seeds do not train on
+    assert not list(out.glob("seed_*/result.json"))
+
+
+def test_a_killed_sweep_takes_its_workers_with_it_and_a_rerun_resumes(tmp_path):
+    out = tmp_path / "sweep"
+    command = ["--seeds", "0-1", "--workers", "2", "--out", str(out), *LONGER]
+    sweep = Sweep(command)
+    # both seeds past their first checkpoint (1024 steps; a validation follows it at 1026)
+    sweep.wait_for(r"^seed 0: +1,026 steps", r"^seed 1: +1,026 steps")
+    workers = children(sweep.process.pid)
+    assert len(workers) >= 2
+    sweep.process.kill()
+    sweep.process.wait()
+    gone_soon(workers)
+    rerun = subprocess.run([sys.executable, "-m", "train", "sweep", *command], cwd=ROOT,
+                           capture_output=True, text=True, timeout=1200)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    for seed in ("0", "1"):
+        assert summary["training"][seed]["resumed_from"] in (1024, 2048)
+        assert summary["training"][seed]["timesteps"] == 4096
+        steps = _validations(out / f"seed_{seed}")
+        assert steps == sorted(set(steps)) and steps[:2] == [2, 1026] and steps[-1] == 4096

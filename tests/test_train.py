@@ -79,7 +79,8 @@ def test_resume_continues_a_moved_run_in_place_and_regrades_its_new_best_model(
     when it trains further, the final grading is of the new best model, not the old rows."""
     import shutil
 
-    from eval.grader import RunConfig, grade, read_rows
+    from eval.grader import RunConfig, grade
+    from eval.runfolder import read_rows
     config, _ = trained
     original = Path(config.out)
     run = tmp_path / "moved"
@@ -103,7 +104,9 @@ def test_resume_continues_a_moved_run_in_place_and_regrades_its_new_best_model(
     assert int(latest_checkpoint(run).stem.split("_")[1]) == result["timesteps"]
     steps = [json.loads(line)["timesteps"] for line in
              (run / "validation.jsonl").read_text().splitlines()]
-    assert steps == sorted(steps) and steps[-1] >= 4096 and min(steps) < 2048
+    # every eval_every (1024) steps from the last validation, 2048, not from the resumed step:
+    # none again at its first step (2050)
+    assert steps == [2, 1026, 2048, 3072, 4096]
     assert max(max(v) for v in _scalars(run).values()) >= 4096
     # The graded rows are those of the new best model, as a fresh grading of it gives them.
     assert (run / "best_model.zip").read_bytes() != old_model
@@ -126,6 +129,41 @@ def test_a_new_run_refuses_a_folder_holding_another_run(trained, tmp_path, capsy
     assert error.startswith(f"error: {run} is not an empty folder") and "--resume" in error
     assert "empty folder" in error and len(error.splitlines()) == 1
     assert _snapshot(run) == before
+
+
+def test_resume_refuses_options_that_would_change_the_recipe(trained, tmp_path, capsys):
+    """--resume continues the saved recipe; an option it would silently ignore is refused."""
+    import shutil
+    config, _ = trained
+    run = tmp_path / "run"
+    shutil.copytree(config.out, run)
+    before = _snapshot(run)
+    assert train_cli(["ppo", "--resume", "--out", str(run), "--timesteps", "4096",
+                      "--ent-coef", "0.02", "--seed", "3", "--masked"]) == 2
+    error = capsys.readouterr().err
+    assert error == ("error: --resume continues the saved run's recipe: --ent-coef, --masked, "
+                     "--seed cannot change it (only --timesteps can); train a new run into "
+                     "another --out folder instead\n")
+    assert _snapshot(run) == before
+
+
+def test_an_out_folder_under_a_file_is_a_one_line_error(tmp_path, capsys):
+    file = tmp_path / "somefile"
+    file.write_text("mine")
+    assert train_cli(["ppo", "--out", str(file / "x"), "--timesteps", "512"]) == 2
+    assert capsys.readouterr().err == f"error: --out {file / 'x'}: {file} is a file, not a folder\n"
+    assert file.read_text() == "mine"
+
+
+def test_ctrl_c_is_a_hint_not_a_traceback(tmp_path, capsys, monkeypatch):
+    import train.__main__ as cli
+
+    def interrupted(config, resume=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "train", interrupted)
+    assert cli.main(["ppo", "--out", str(tmp_path / "run")]) == 130
+    assert capsys.readouterr().err == "interrupted; resume with --resume\n"
 
 
 def test_resume_needs_a_run_folder(tmp_path, capsys):

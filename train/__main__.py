@@ -1,4 +1,5 @@
-"""`python -m train ppo ...`: train a PPO baseline, then grade it like every scripted policy."""
+"""`python -m train ppo ...`: train a PPO baseline, then grade it like every scripted policy;
+`python -m train sweep ...`: train one recipe from several seeds and grade them together."""
 
 from __future__ import annotations
 
@@ -9,11 +10,62 @@ import time
 from pathlib import Path
 
 from .ppo import PPOConfig, train
+from .sweep import BACKENDS, parse_seeds, sweep
+
+# The recipe's options, shared by `ppo` and `sweep`: PPOConfig's fields, with what --help says
+# of them (their defaults are PPOConfig's). Every option defaults to None, so that the options
+# given can be told apart from those left out (`--resume` takes none but --timesteps).
+RECIPE = {
+    "env": (str, "env id"),
+    "timesteps": (int, None),  # each command says its own
+    "n_envs": (int, "training envs stepped together"),
+    "masked": (bool, "MaskablePPO with the env's masks"),
+    "learning_rate": (float, "Adam's step size"),
+    "n_steps": (int, "rollout steps per env"),
+    "batch_size": (int, "minibatch size"),
+    "n_epochs": (int, "passes over each rollout"),
+    "ent_coef": (float, "entropy bonus"),
+    "eval_every": (int, "validate every N training steps"),
+    "validation_stride": (int, "validate on every N-th independent unit of public"),
+    "checkpoint_every": (int, "checkpoint every N training steps"),
+    "final_seeds": (int, "grading seeds of the final headline grading"),
+    "torch_threads": (int, "torch threads per training process; 1 reproduces a run bit for "
+                           "bit, and is as fast here"),
+}
 
 
-def resumed_config(out: Path, timesteps: int | None) -> PPOConfig:
-    """The configuration saved in the run folder `out`, to continue that run in `out` itself:
-    the saved `out` is where the run was started, which a moved or copied folder no longer is."""
+def option(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def recipe_options(parser: argparse.ArgumentParser, timesteps: str) -> None:
+    """The recipe's options; `timesteps` is what --help says of --timesteps."""
+    for field, (kind, text) in RECIPE.items():
+        if kind is bool:
+            parser.add_argument(option(field), action="store_true", default=None, help=text)
+        else:
+            parser.add_argument(option(field), type=kind, default=None,
+                                help=timesteps if field == "timesteps" else
+                                f"{text} (default {getattr(PPOConfig, field)})")
+
+
+def given(args: argparse.Namespace) -> dict:
+    """The recipe's options given on the command line, as PPOConfig's fields."""
+    return {field: getattr(args, field) for field in RECIPE if getattr(args, field) is not None}
+
+
+def resumed_config(args: argparse.Namespace) -> PPOConfig:
+    """The configuration saved in the run folder `--out`, to continue that run in `--out`
+    itself: the saved `out` is where the run was started, which a moved or copied folder no
+    longer is. Of the recipe, only --timesteps may change: any other option given would be
+    ignored, so it is refused."""
+    out = Path(args.out)
+    changed = sorted(option(f) for f in given(args) if f != "timesteps")
+    changed += ["--seed"] if args.seed is not None else []
+    if changed:
+        raise ValueError(f"--resume continues the saved run's recipe: {', '.join(changed)} "
+                         "cannot change it (only --timesteps can); train a new run into "
+                         "another --out folder instead")
     saved = out / "config.json"
     if not saved.is_file():
         raise FileNotFoundError(f"--resume: {out} holds no config.json (not a training run folder)")
@@ -22,74 +74,57 @@ def resumed_config(out: Path, timesteps: int | None) -> PPOConfig:
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"--resume: {saved} is not a run configuration ({exc})") from None
     return dataclasses.replace(config, out=str(out),
-                               timesteps=config.timesteps if timesteps is None else timesteps)
+                               timesteps=config.timesteps if args.timesteps is None
+                               else args.timesteps)
 
 
-def ppo_options(parser: argparse.ArgumentParser, defaults: PPOConfig) -> None:
-    """The PPO recipe's options, shared by `ppo` and `sweep`."""
-    parser.add_argument("--env", default=defaults.env)
-    parser.add_argument("--timesteps", type=int, default=None,
-                        help=f"total training steps (default {defaults.timesteps}; with "
-                             "--resume, the saved run's)")
-    parser.add_argument("--n-envs", type=int, default=defaults.n_envs)
-    parser.add_argument("--masked", action="store_true",
-                        help="MaskablePPO with the env's masks")
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    parser.add_argument("--n-steps", type=int, default=defaults.n_steps,
-                        help="rollout steps per env")
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--n-epochs", type=int, default=defaults.n_epochs)
-    parser.add_argument("--ent-coef", type=float, default=defaults.ent_coef)
-    parser.add_argument("--eval-every", type=int, default=defaults.eval_every)
-    parser.add_argument("--validation-stride", type=int, default=defaults.validation_stride,
-                        help="validate on every N-th independent unit of public")
-    parser.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every)
-    parser.add_argument("--final-seeds", type=int, default=defaults.final_seeds)
-    parser.add_argument("--torch-threads", type=int, default=defaults.torch_threads,
-                        help="torch threads per training process (default 1: reproducible, "
-                             "and as fast here)")
+def config_from(args: argparse.Namespace, seed: int, out: str) -> PPOConfig:
+    return PPOConfig(**given(args), seed=seed, out=out)
 
 
-def config_from(args: argparse.Namespace, defaults: PPOConfig, seed: int, out: str) -> PPOConfig:
-    return PPOConfig(env=args.env,
-                     timesteps=defaults.timesteps if args.timesteps is None else args.timesteps,
-                     seed=seed, n_envs=args.n_envs, masked=args.masked, out=out,
-                     learning_rate=args.learning_rate, n_steps=args.n_steps,
-                     batch_size=args.batch_size, n_epochs=args.n_epochs, ent_coef=args.ent_coef,
-                     eval_every=args.eval_every, validation_stride=args.validation_stride,
-                     checkpoint_every=args.checkpoint_every, final_seeds=args.final_seeds,
-                     torch_threads=args.torch_threads)
-
-
-def main(argv: list[str] | None = None) -> int:
-    defaults = PPOConfig()
-    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("ppo", help="train PPO (MaskablePPO with --masked) on a Finality env")
-    ppo_options(p, defaults)
-    p.add_argument("--seed", type=int, default=defaults.seed)
-    p.add_argument("--out", default=defaults.out, help="run folder")
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(prog="python -m train", description=__doc__)
+    sub = main.add_subparsers(dest="command", required=True)
+    what = "train PPO (MaskablePPO with --masked) on a Finality env, then grade it"
+    p = sub.add_parser("ppo", help=what, description=what)
+    recipe_options(p, f"total training steps (default {PPOConfig.timesteps}; with --resume, "
+                      "the saved run's)")
+    p.add_argument("--seed", type=int, default=None, help=f"training seed (default "
+                                                         f"{PPOConfig.seed})")
+    p.add_argument("--out", default=PPOConfig.out, help=f"run folder (default {PPOConfig.out})")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its latest checkpoint (without it, "
-                        "--out must be empty or new)")
-    s = sub.add_parser("sweep", help="train the same recipe from several seeds and grade them "
-                                     "together (re-running into --out resumes)")
-    ppo_options(s, defaults)
-    s.add_argument("--seeds", default="0-4", help="training seeds: 0-9, 0,3,7 or 0-4,10")
-    s.add_argument("--backend", default="local", help="local (processes) or ray (Ray Tune)")
+                   help="continue the run in --out from its latest checkpoint, with its saved "
+                        "recipe (without it, --out must be empty or new)")
+    what = ("train the same recipe from several seeds, each a whole `ppo` run, and grade them "
+            "together (re-running into --out resumes)")
+    s = sub.add_parser("sweep", help=what, description=what)
+    recipe_options(s, f"training steps of each seed (default {PPOConfig.timesteps})")
+    s.add_argument("--seeds", default="0-4",
+                   help="training seeds: 0-9, 0,3,7 or 0-4,10 (default 0-4)")
+    s.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="local: worker processes; ray: Ray Tune trials (default local)")
     s.add_argument("--workers", type=int, default=None,
                    help="seeds trained at once (default: one per core, at most the seeds)")
     s.add_argument("--out", required=True, help="sweep folder, e.g. runs/sweep_full")
-    args = parser.parse_args(argv)
+    return main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         if args.command == "sweep":
-            return run_sweep(args, defaults)
+            return run_sweep(args)
         if args.resume:
-            config = resumed_config(Path(args.out), args.timesteps)
+            config = resumed_config(args)
         else:
-            config = config_from(args, defaults, args.seed, args.out)
+            config = config_from(args, PPOConfig.seed if args.seed is None else args.seed,
+                                 args.out)
         result = train(config, resume=args.resume)
-    except (ValueError, FileNotFoundError, ImportError, RuntimeError) as exc:
+    except KeyboardInterrupt:  # checkpoints and the sweep's finished seeds are kept
+        hint = "re-run to resume" if args.command == "sweep" else "resume with --resume"
+        print(f"interrupted; {hint}", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, ImportError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"trained {result['timesteps']} steps in {result['train_seconds']} s; best validation "
@@ -98,11 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_sweep(args: argparse.Namespace, defaults: PPOConfig) -> int:
-    from .sweep import parse_seeds, sweep
-
+def run_sweep(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
-    base = config_from(args, defaults, 0, args.out)
+    base = config_from(args, 0, args.out)
     started = time.perf_counter()
     summary = sweep(base, seeds, Path(args.out), backend=args.backend, workers=args.workers)
     a = summary["splits"]["regenerated"]["across_seeds"]

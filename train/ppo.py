@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import shutil
 import time
 import zipfile
@@ -43,11 +42,12 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import finality_gym
-from agents import HEADLINE
 from agents.learned import sb3_policy
 from eval import headline
 from eval.grader import RunConfig, grade_in_process
+from eval.headline import HEADLINE
 from eval.report import pyplot
+from eval.runfolder import prepare, save_atomic, write_atomic
 
 VALIDATION_SEED = 100
 
@@ -132,8 +132,18 @@ def validate(policy, config: PPOConfig) -> dict:
             "episodes": len(rows)}
 
 
+def progress_line(metrics: dict) -> str:
+    """A validation's progress line (the sweep prefixes it with "seed k: ")."""
+    return (f"{metrics['timesteps']:>10,} steps  {metrics['steps_per_second']:6,.0f} steps/s  "
+            f"validation gap ${metrics['validation_mean_gap']:.2f}  best "
+            f"${metrics['best_mean_gap']:.2f} at {metrics['best_timesteps']:,}")
+
+
 class ValidationCallback(BaseCallback):
-    """Every `eval_every` steps: grade, log our scalars, keep the best model, note the history."""
+    """Every `eval_every` steps: grade, log our scalars, keep the best model, note the history.
+
+    A resumed run counts from the last validation recorded in `out`, not from its checkpoint:
+    counting from scratch, it would validate again at its first step."""
 
     def __init__(self, config: PPOConfig, out: Path, label: str = "", report=None):
         super().__init__()
@@ -143,7 +153,8 @@ class ValidationCallback(BaseCallback):
         self.report = report
         best = out / "best.json"
         self.best = json.loads(best.read_text()) if best.exists() else {"mean_gap": float("inf")}
-        self.last = -config.eval_every
+        last = last_validated(out)
+        self.last = -config.eval_every if last is None else last
         self.clock = (0, time.perf_counter())
 
     def _on_training_start(self) -> None:
@@ -168,19 +179,19 @@ class ValidationCallback(BaseCallback):
             f.write(json.dumps({"timesteps": self.num_timesteps, **result}) + "\n")
         if result["mean_gap"] < self.best["mean_gap"]:
             self.best = {"timesteps": self.num_timesteps, **result}
-            save_model(self.model, self.out / "best_model.zip")
+            save_atomic(self.out / "best_model.zip", self.model.save)
             write_atomic(self.out / "best.json", json.dumps(self.best, indent=2) + "\n")
         steps, started = self.clock
         now = time.perf_counter()
         rate = (self.num_timesteps - steps) / max(now - started, 1e-9)
         self.clock = (self.num_timesteps, now)
-        print(f"{self.label}{self.num_timesteps:>10,} steps  {rate:6,.0f} steps/s  validation "
-              f"gap ${result['mean_gap']:.2f}  best ${self.best['mean_gap']:.2f} at "
-              f"{self.best['timesteps']:,}", flush=True)
+        metrics = {"timesteps": self.num_timesteps, "steps_per_second": round(rate, 1),
+                   **{f"validation_{k}": v for k, v in result.items()},
+                   "best_mean_gap": self.best["mean_gap"],
+                   "best_timesteps": self.best["timesteps"]}
+        print(self.label + progress_line(metrics), flush=True)
         if self.report is not None:
-            self.report({"timesteps": self.num_timesteps, "steps_per_second": round(rate, 1),
-                         **{f"validation_{k}": v for k, v in result.items()},
-                         "best_mean_gap": self.best["mean_gap"]}, self.model)
+            self.report(metrics, self.model)
 
 
 class RelativeGap(gym.Wrapper):
@@ -209,19 +220,6 @@ def algorithm(config: PPOConfig):
         from sb3_contrib import MaskablePPO
         return MaskablePPO
     return PPO
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """A file that a killed process leaves whole or not at all."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
-def save_model(model, path: Path) -> None:
-    partial = path.with_name(path.stem + ".partial.zip")
-    model.save(partial)
-    os.replace(partial, path)
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -268,6 +266,7 @@ def train(config: PPOConfig, resume: bool = False, grading_workers: int = 2, lab
     given, is called after every validation (the Ray backend reports to Tune through it)."""
     out = Path(config.out)
     checkpoint = starting_checkpoint(out, resume)
+    prepare(out)
     seed_everything(config)
     started = time.perf_counter()
     envs = make_envs(config)
@@ -281,7 +280,6 @@ def train(config: PPOConfig, resume: bool = False, grading_workers: int = 2, lab
         model.set_random_seed(config.seed + model.num_timesteps)
         print(f"{label}resuming {checkpoint} at {model.num_timesteps} steps", flush=True)
     else:
-        out.mkdir(parents=True, exist_ok=True)
         model = cls("MlpPolicy", envs, learning_rate=config.learning_rate, n_steps=config.n_steps,
                     batch_size=config.batch_size, n_epochs=config.n_epochs, gamma=config.gamma,
                     gae_lambda=config.gae_lambda, clip_range=config.clip_range,
@@ -300,7 +298,7 @@ def train(config: PPOConfig, resume: bool = False, grading_workers: int = 2, lab
         # steps still runs the final validation the killed run may have missed
         model.learn(total_timesteps=max(remaining, 0), callback=callbacks, tb_log_name="PPO",
                     reset_num_timesteps=checkpoint is None, progress_bar=False)
-    save_model(model, out / "checkpoints" / f"ppo_{model.num_timesteps}_steps.zip")
+    save_atomic(out / "checkpoints" / f"ppo_{model.num_timesteps}_steps.zip", model.save)
     train_seconds = time.perf_counter() - started
     learning_curve(out)
     final_grading(config, fresh=learned, workers=grading_workers, echo=not label)

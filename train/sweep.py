@@ -4,7 +4,7 @@ A sweep folder holds `sweep.json` (the recipe and the seeds), one full `train pp
 seed in `seed_<k>/` (config, validation, best model, checkpoints, TensorBoard, the headline
 grading of its best model on public and regenerated), and the across-seed aggregate:
 `summary.json`, `report.md`, `seeds.png` (see `eval/seeds.py`). The Ray backend adds `tune/`,
-Tune's own record of the experiment.
+Tune's own record of the experiment, and `ray.log`, Ray's output.
 
 Backends: `local` (the default) trains the seeds in parallel processes, `--workers` at a time;
 `ray` runs every seed as a Ray Tune trial (`train/ray_backend.py`, the `ray` extra). Each
@@ -18,6 +18,10 @@ its `result.json` says where it resumed), a seed folder with no checkpoint start
 recipe must be the one the folder was started with; more seeds may be added. The sweep folder
 and every seed folder hold a `.lock` while written: a second sweep on the folder, or a killed
 sweep's worker still training a seed, is refused by name instead of trained over.
+
+Nothing is written before every check has passed, Ray's included: a sweep that cannot run
+leaves no folder that would refuse the next recipe. A Ctrl-C stops the sweep in either backend
+(exit 130; re-running resumes), and a killed sweep's local workers exit with it.
 """
 
 from __future__ import annotations
@@ -27,13 +31,17 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 
 from eval import seeds as aggregate
-from eval.grader import writer_lock
+from eval.distributed import require_ray
+from eval.runfolder import lock, prepare, write_atomic
 
-from .ppo import PPOConfig, latest_checkpoint, train, write_atomic
+from .ppo import PPOConfig
+from .seed import done_line, train_seed
 
 BACKENDS = ("local", "ray")
 MAX_SEEDS = 100
@@ -49,9 +57,11 @@ def parse_seeds(text: str) -> tuple[int, ...]:
         except ValueError:
             raise ValueError(f"--seeds: {part.strip()!r} is not a seed or a range like "
                              "0-9") from None
-        if first < 0 or last < first or last >= 2**32:
+        if first < 0 or last >= 2**32:
             raise ValueError(f"--seeds: {part.strip()!r} is not a range of seeds in "
                              "0..2**32-1")
+        if last < first:
+            raise ValueError(f"--seeds: {part.strip()} runs backwards; write {last}-{first}")
         if last - first + 1 > MAX_SEEDS:
             raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds, got {last - first + 1} "
                              f"in {part.strip()!r}")
@@ -107,36 +117,37 @@ def pin(base: PPOConfig, every: tuple[int, ...], out: Path) -> None:
                  json.dumps({"recipe": recipe(base), "seeds": list(every)}, indent=2) + "\n")
 
 
-def train_seed(config: PPOConfig, report=None) -> dict:
-    """One seed's whole run, resuming whatever an interrupted sweep left of it; its result.
-    Runs in a worker process (local) or a Tune trial (ray)."""
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    # A second process on the same seed (a killed sweep's orphaned worker still training, a
-    # sweep started twice) is refused rather than trained over.
-    with writer_lock(out):
-        done = out / "result.json"
-        if done.exists():
-            return json.loads(done.read_text())
-        resume = latest_checkpoint(out) is not None
-        if not resume:  # started, but killed before its first checkpoint: start again
-            for path in out.iterdir():
-                if path.name != ".lock":
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
-        return train(config, resume=resume, grading_workers=1, label=f"seed {config.seed}: ",
-                     report=report)
+def worker_start(sweep: int) -> None:
+    """A local worker's first step. The worker leaves Ctrl-C to the sweep (a terminal sends it
+    to every process of the group: each worker would print a traceback), and it exits when the
+    sweep process `sweep` is gone: a killed sweep's workers would otherwise train on, holding
+    their seeds' locks, then wait for their next seed on a pipe no one writes to, forever."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_without, args=(sweep,), daemon=True).start()
+
+
+def _exit_without(sweep: int) -> None:
+    while os.getppid() == sweep:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def run_local(configs: list[PPOConfig], workers: int) -> None:
     # Fresh processes: a forked child would inherit this process's torch threads (and locks).
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
+                                                initializer=worker_start,
+                                                initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(train_seed, c): c.seed for c in configs}
-        for future in concurrent.futures.as_completed(futures):
-            result = future.result()
-            print(f"seed {futures[future]}: done, best validation gap "
-                  f"${result['best']['mean_gap']:.2f} at {result['best']['timesteps']:,} steps",
-                  flush=True)
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                best = future.result()["best"]
+                print(done_line(futures[future], best["mean_gap"], best["timesteps"]), flush=True)
+        except KeyboardInterrupt:
+            # the pool would wait for every seed in training to train to its end
+            for worker in multiprocessing.active_children():
+                worker.kill()
+            raise
 
 
 def sweep(base: PPOConfig, seeds: tuple[int, ...], out: Path, backend: str = "local",
@@ -148,25 +159,36 @@ def sweep(base: PPOConfig, seeds: tuple[int, ...], out: Path, backend: str = "lo
         workers = max(1, min(len(seeds), (os.cpu_count() or 1) // base.torch_threads))
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
-    if backend == "ray":  # no Ray: an error now, before anything is written
-        from . import ray_backend  # noqa: F401
     every = check(base, seeds, out)
-    out.mkdir(parents=True, exist_ok=True)
-    with writer_lock(out):
+    run_ray = ray_started(base.torch_threads) if backend == "ray" else None
+    prepare(out)
+    with lock(out):
         pin(base, every, out)
-        return _sweep(base, every, out, backend, workers)
-
-
-def _sweep(base: PPOConfig, every: tuple[int, ...], out: Path, backend: str,
-           workers: int) -> dict:
-    configs = [seed_config(base, out, s) for s in every]
-    todo = [c for c in configs if not (Path(c.out) / "result.json").exists()]
-    print(f"sweep {out}: {len(every)} seeds ({len(every) - len(todo)} done), backend {backend}, "
-          f"{workers} at a time", flush=True)
-    if todo:
-        if backend == "ray":
-            from .ray_backend import run_ray
-            run_ray(configs, out, workers)  # Tune's experiment is the whole sweep's
-        else:
+        configs = [seed_config(base, out, s) for s in every]
+        todo = [c for c in configs if not (Path(c.out) / "result.json").exists()]
+        print(f"sweep {out}: {len(every)} seeds ({len(every) - len(todo)} done), backend "
+              f"{backend}, {workers} at a time", flush=True)
+        if todo and run_ray is not None:
+            run_ray(train_seed, configs, out, workers)  # Tune's experiment is the whole sweep's
+        elif todo:
             run_local(todo, workers)
-    return aggregate.run(out, {c.seed: Path(c.out) for c in configs}, base.probe)
+        return aggregate.run(out, {c.seed: seed_run(Path(c.out)) for c in configs}, base.probe)
+
+
+def ray_started(torch_threads: int):
+    """Ray up, with room for a trial of `torch_threads` CPUs; the function that trains the
+    seeds on it (`train/ray_backend.py`)."""
+    require_ray()  # no Ray: the error now
+    from .ray_backend import started
+    return started(torch_threads)
+
+
+def seed_run(folder: Path) -> aggregate.SeedRun:
+    """A seed's training folder as the aggregate reads it."""
+    result = json.loads((folder / "result.json").read_text())
+    return aggregate.SeedRun(
+        graded={split: folder / f"eval_{split}" for split in aggregate.SPLITS},
+        training={"best_timesteps": result["best"]["timesteps"],
+                  "validation_mean_gap": result["best"]["mean_gap"],
+                  "timesteps": result["timesteps"], "train_seconds": result["train_seconds"],
+                  "resumed_from": result.get("resumed_from")})
