@@ -43,6 +43,9 @@ STARTUP_S = 60.0
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "OPENBLAS_CORETYPE",
                "OPENBLAS_L2_SIZE")
 EPISODE_TIMEOUT_S = 10.0
+# Every case is forked from the process that imported the policy: a thread pool started at import
+# (OpenBLAS starts one when numpy is imported) would be copied without its threads.
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _TEXT = 500  # the most characters of the policy's process's words that reach a message
 
 
@@ -62,6 +65,7 @@ class ExternalPolicy(Policy):
             os.environ.get("FINALITY_POLICY_TIMEOUT", EPISODE_TIMEOUT_S))
         self.policy_name: str | None = None  # the class's own `name`, once its process is up
         self.proc: subprocess.Popen | None = None
+        self._shown: tuple[str, str] | None = None  # (inside, outside) names of its files
         self._buffer = b""
         self._active = False
 
@@ -75,9 +79,10 @@ class ExternalPolicy(Policy):
     def _start(self) -> None:
         # A bare environment: nothing of the grader's (API keys, operators' variables) reaches
         # the policy's process.
-        env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+        env = {**{k: os.environ[k] for k in _PASSED_ENV if k in os.environ}, **ONE_THREAD}
         if self.sandbox:
-            shown, target, source, path = sandbox.shown_for(self.target, self.source)
+            shown, target, source, path, self._shown = sandbox.shown_for(self.target,
+                                                                         self.source)
             env = {**{k: v for k, v in env.items() if k not in ("HOME", "TMPDIR", "VIRTUAL_ENV")},
                    "HOME": "/tmp", "PYTHONPATH": os.pathsep.join([*path, str(ROOT)]),
                    **{k: os.environ[k] for k in sandbox.PASSED if k in os.environ}}
@@ -98,7 +103,13 @@ class ExternalPolicy(Policy):
         self.policy_name = message["ready"][:_TEXT]
 
     def _unloadable(self, why) -> PolicyLoadError:
-        return PolicyLoadError(f"{self.name} could not be loaded: {str(why)[:_TEXT]}")
+        return PolicyLoadError(f"{self.name} could not be loaded: {self._outside(why)}")
+
+    def _outside(self, text) -> str:
+        """The policy's process's words, cut short, with the sandbox's name of the policy's
+        file (`/submission/NAME.py`) put back to the file's own."""
+        text = str(text)[:_TEXT]
+        return text.replace(*self._shown) if self._shown else text
 
     def close(self) -> None:
         if self.proc is not None:
@@ -172,12 +183,9 @@ class ExternalPolicy(Policy):
             self._send({"result": result})
         self._started = True
         message = self._read(self._deadline, "playing a case")
-        if "unloadable" in message:  # its code changed under it since `_start`
-            self.close()
-            raise self._unloadable(message["unloadable"])
         if "error" in message:
             self._active = False
-            raise PolicyError(str(message["error"])[:_TEXT] or "failed")
+            raise PolicyError(self._outside(message["error"]) or "failed")
         call = message.get("call") or {}
         if not isinstance(call.get("name"), str) or not isinstance(call.get("arguments"), dict):
             raise PolicyError(f"{self.name} sent a malformed call: {message!r:.120}")

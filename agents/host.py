@@ -11,23 +11,32 @@ with it over its standard input and output, nothing else:
     host -> grader   {"ready": NAME} | {"unloadable": TEXT}   NAME: the class's `name`
     grader -> host   {"episode": BRIEF}               a case starts (the brief's fields)
     host -> grader   {"call": {"name": TOOL, "arguments": {...}}} | {"error": TEXT}
-                     | {"unloadable": TEXT}
     grader -> host   {"result": RESULT}                 the tool's result, as the engine returned it
     grader -> host   {"end": true}                      the case has ended
     host -> grader   {"bye": true}
 
 TEXT is one line: the exception and the file and line it was raised at. The calls are the
 twelve tools of `finality_gym.tools.TOOL_TABLE`, the results what the engine returns: the same
-table and messages a language model gets. Each case is played in a child forked from this
-process, which imports the policy's code afresh: this process never imports it (a first child
-checks that it loads), so no state in memory (a class attribute, a module global, a shared
-mapping made at import) carries from one case to the next. The grader runs the cases of a chunk
-in an unrecorded order, so counting them tells a policy nothing. The episode's truth is never
-in this process: the grader keeps the engine. Anything the policy prints goes to standard error,
-its tracebacks too.
+table and messages a language model gets.
 
-Under the operating-system sandbox (`agents/sandbox.py`: this process runs under bwrap, and
-`FINALITY_SANDBOX=1` says so) every case's fork first isolates itself (`isolate_case`: its own
+The policy's code is imported once, and every case starts from that import (a model loaded at
+import is loaded once per run and worker, not per case), yet nothing carries from one case to
+the next. Three processes: this one, which never imports the policy's code and never reads a
+case's data, only asks for cases and watches how they end; the zygote, forked from it, which
+imports the code once, is refused if the import left anything that would outlive it in a fork
+(a thread, a file descriptor, a writable shared mapping, a signal handler: `left_by_import`),
+and then does nothing but fork a case when asked and report its exit status; and one case
+process per case, forked from the zygote, which reads its own brief and plays it. Every case is
+thus a copy of the same post-import state: a module-level counter, a class attribute or
+anything a case changes dies with it. The grader runs the cases of a chunk in an unrecorded
+order, so counting them tells a policy nothing. The episode's truth is never in these
+processes: the grader keeps the engine. Anything the policy prints goes to standard error, its
+tracebacks too. Numerical libraries run on one thread (`OPENBLAS_NUM_THREADS=1` and the like,
+set by the grader): a thread pool started at import could not be forked.
+
+Under the operating-system sandbox (`agents/sandbox.py`: these processes run under bwrap, and
+`FINALITY_SANDBOX=1` says so) every case process first isolates itself, before it reads its
+brief (`isolate_case`: its own
 namespaces, a private /tmp, no /proc, no new process, limits), so nothing a case writes or
 starts reaches the next.
 
@@ -45,6 +54,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import traceback
 from pathlib import Path
@@ -136,42 +146,88 @@ def _play(cls, brief: dict, read, send) -> None:
         result = message["result"]
 
 
-_FINISHED = 3  # a case's process exits with this once it has said its last word
+_FINISHED = 3   # a case's process exits with this once it has said its last word
+_NO_CASE = 4    # ... and with this when the grader had no further case for it
 
 
-def _in_child(work, grader: int) -> int:
-    """Run `work` in a fork and wait for it; its exit status. The policy's code is imported
-    there, never in this process, so nothing it sets up (an anonymous shared mapping, a
-    global) outlives the case.
+def _state(protocol: set[int]) -> dict:
+    """What a process holds that could carry something from one fork of it to the next: its
+    threads, its file descriptors (beyond `protocol`), its writable shared mappings, and its
+    signal handlers (native and Python's)."""
+    fds = {int(f) for f in os.listdir("/proc/self/fd")} - protocol
+    status = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text()
+                  .splitlines() if ":\t" in line)
+    return {
+        "threads": len(os.listdir("/proc/self/task")),
+        "file descriptors": {f for f in fds if os.path.exists(f"/proc/self/fd/{f}")},
+        "shared writable mappings": {_mapped(line.split())
+                                     for line in Path("/proc/self/maps").read_text().splitlines()
+                                     if line.split()[1][1] == "w" and line.split()[1][3] == "s"},
+        "signal handlers": (status.get("SigCgt", "").strip(), status.get("SigIgn", "").strip(),
+                            tuple(signal.getsignal(s) for s in signal.valid_signals()
+                                  if s not in (signal.SIGKILL, signal.SIGSTOP))),
+    }
 
-    If the grader goes first (its end of `grader`, the protocol's pipe, closes: a worker of its
-    was stopped mid-case), nothing the case does can reach anyone, and a policy stuck in a loop
-    would run on for ever: the host ends its process group, the case and itself, at once."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            if os.environ.get("FINALITY_SANDBOX") == "1":
-                from agents.sandbox import isolate_case
-                isolate_case()
-            work()
-            code = _FINISHED
-        except BaseException:  # noqa: BLE001 - the policy may raise anything, SystemExit too
-            code = 1
-        os._exit(code)
+
+def _mapped(fields: list[str]) -> str:
+    """What a line of /proc/self/maps maps: a file, or anonymous memory (shown as /dev/zero)."""
+    name = " ".join(fields[5:])
+    return "anonymous" if not name or name.startswith("/dev/zero") else name
+
+
+def left_by_import(before: dict, after: dict) -> list[str]:
+    """What importing the policy left that every case would share (nothing is allowed)."""
+    found = []
+    if after["threads"] > before["threads"]:
+        found.append(f"{after['threads'] - before['threads']} thread(s) running")
+    for kind in ("file descriptors", "shared writable mappings"):
+        if extra := after[kind] - before[kind]:
+            found.append(f"{kind} open ({', '.join(map(str, sorted(extra)))})")
+    if after["signal handlers"] != before["signal handlers"]:
+        found.append("signal handlers set")
+    return found
+
+
+def _zygote(target: str, name: str, source: Path, digest: str, control: socket.socket,
+            protocol: int, send, read) -> None:
+    """Import the policy's code once, check that the import left nothing behind, then fork one
+    case per request on `control` and report its exit status; nothing else. This process never
+    reads a case's data (each case reads its own brief), so every case starts from the same
+    state: the one the import made."""
+    before = _state({protocol, control.fileno()})
     try:
-        ended = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # not Linux 5.3 or later: wait for the case as it is
-        ended = None
-    if ended is not None:
-        watch = select.poll()
-        watch.register(ended, select.POLLIN)
-        watch.register(grader, 0)  # a pipe's writer is told POLLERR once no one reads it
-        gone = grader in dict(watch.poll())
-        os.close(ended)
-        if gone:
-            os.killpg(0, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+        cls = load_class(target, name, source, digest)
+    except BaseException as exc:  # noqa: BLE001 - a module may raise anything on import
+        send({"unloadable": why(exc)})
+        control.send(b"u")
+        return
+    left = left_by_import(before, _state({protocol, control.fileno()}))
+    if left:
+        send({"unloadable": f"importing it left {'; '.join(left)}: each case is forked from "
+                            "the imported code, so nothing may outlive the import"})
+        control.send(b"u")
+        return
+    send({"ready": str(cls.name)})
+    control.send(b"r")
+    while control.recv(1):
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            code = _FINISHED
+            try:
+                if os.environ.get("FINALITY_SANDBOX") == "1":
+                    from agents.sandbox import isolate_case
+                    isolate_case()
+                message = read()
+                if message is None or "episode" not in message:
+                    code = _NO_CASE
+                else:
+                    _play(cls, message["episode"], read, send)
+            except BaseException:  # noqa: BLE001 - the policy may raise anything, SystemExit too
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        control.send(str(os.waitstatus_to_exitcode(status)).encode())
 
 
 def main() -> int:
@@ -179,7 +235,6 @@ def main() -> int:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the policy's prints go to standard error, never into the protocol
     sys.stdout = sys.stderr
-    import agents.scripted  # noqa: F401 - the project's code, imported once, before any fork
 
     def send(message: dict) -> None:
         text = json.dumps(message, separators=(",", ":")) + "\n"  # not JSON: raises, unsent
@@ -193,29 +248,41 @@ def main() -> int:
         line = sys.stdin.readline()
         return json.loads(line) if line else None
 
-    def load():
-        try:
-            return load_class(target, name, source, digest)
-        except BaseException as exc:  # noqa: BLE001 - a module may raise anything on import
-            send({"unloadable": why(exc)})
-            return None
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    zygote = os.fork()
+    if zygote == 0:
+        ours.close()
+        _zygote(target, name, source, digest, theirs, protocol.fileno(), send, read)
+        os._exit(0)
+    theirs.close()
+    watch = select.poll()
+    watch.register(ours, select.POLLIN)
+    watch.register(protocol.fileno(), 0)  # a pipe's writer is told POLLERR once no one reads it
 
-    def check() -> None:
-        if (cls := load()) is not None:
-            send({"ready": str(cls.name)})
+    def reply() -> bytes:
+        """The zygote's next word; if the grader goes first, end the cases and ourselves."""
+        events = dict(watch.poll())
+        if ours.fileno() not in events:
+            os.killpg(0, signal.SIGKILL)
+        return ours.recv(16)
 
-    def case(brief: dict) -> None:
-        if (cls := load()) is not None:
-            _play(cls, brief, read, send)
+    def ended() -> int:
+        return os.waitstatus_to_exitcode(os.waitpid(zygote, 0)[1])
 
-    if (code := _in_child(check, protocol.fileno())) != _FINISHED:
-        send({"unloadable": f"loading it ended its process (exit status {code})"})
+    loaded = reply()  # the zygote said ready or why not to the grader itself
+    if loaded != b"r":
+        if not loaded:  # it died importing, before it could say
+            send({"unloadable": f"loading it ended its process (exit status {ended()})"})
         return 1
     while True:
-        message = read()
-        if message is None or "episode" not in message:
+        ours.send(b"c")  # fork a case: the grader's next message starts it, or says none is left
+        answer = reply()
+        if not answer:
+            send({"error": f"the policy's process ended (exit status {ended()})"})
+            return 1
+        code = int(answer)
+        if code == _NO_CASE:
             return 0
-        code = _in_child(lambda: case(message["episode"]), protocol.fileno())
         if code != _FINISHED:  # it died mid-case (os._exit, a signal): say so, do not hang
             send({"error": f"the case's process ended without finishing (exit status {code})"})
 

@@ -28,7 +28,8 @@ def make_policy(spec: str | PolicySpec, sandbox: bool = True) -> Policy:
         return ExternalPolicy(parsed, sandbox=sandbox)
     if parsed.learned:
         from .learned import load_sb3
-        return load_sb3(parsed.target, greedy=parsed.kind == "ppo-greedy")
+        return load_sb3(parsed.target, greedy=parsed.kind.endswith("-greedy"),
+                        kind=parsed.kind.removesuffix("-greedy"))
     if parsed.kind == "model":
         raise ValueError(f"{parsed} is a language model: grade it with python -m eval model "
                          "--model NAME --base-url URL")

@@ -105,21 +105,26 @@ def command(argv: list[str], shown: dict[str, str], env: dict[str, str]) -> list
     return [*args, "--", *argv]
 
 
-def shown_for(target: str, source: Path) -> tuple[dict[str, str], str, str, list[str]]:
+def shown_for(target: str, source: Path) -> tuple[dict[str, str], str, str, list[str],
+                                                  tuple[str, str] | None]:
     """What the sandbox shows of a policy: (the binds, its target and source file as seen
-    inside, the extra import path). A file is shown alone at `/submission/NAME.py`; a module
-    with its whole top-level package, at the same path, its import root on the path."""
+    inside, the import path to add, and the (inside, outside) prefix that names its files in
+    messages). A file is shown alone, as `/submission/NAME.py`; a module with its whole
+    top-level package (or module file) under `/submission`, which goes on the import path; the
+    repository's own `agents` and `finality_gym` are shown anyway, where they are."""
     if target.endswith(".py"):
         inside = f"{SUBMISSION}/{source.name}"
-        return {str(source): inside}, inside, inside, []
+        return {str(source): inside}, inside, inside, [], (inside, str(source))
     parts = target.split(".")
     depth = len(parts) if source.name != "__init__.py" else len(parts) + 1
     entry = source.parents[depth - 1]
+    if entry == ROOT and parts[0] in ("agents", "finality_gym"):
+        return {}, target, str(source), [], None
     top = entry / parts[0]
     top = top if top.is_dir() else top.with_suffix(".py")
-    binds = {} if top.parent == ROOT and top.name in ("agents", "finality_gym") else {
-        str(top): str(top)}
-    return binds, target, str(source), [str(entry)]
+    inside = f"{SUBMISSION}/{source.relative_to(entry)}"
+    return ({str(top): f"{SUBMISSION}/{top.name}"}, target, inside, [SUBMISSION],
+            (SUBMISSION, str(entry)))
 
 
 def limits() -> dict[str, int]:

@@ -3,7 +3,10 @@
     sop, finality_gate, ...               a policy of the project (`scripted`)
     sop:poll_interval=30,max_polls=6      one with knobs
     plan:60,original,120,ship             an open-loop plan (`plan`)
-    ppo:PATH, ppo-greedy:PATH             a saved stable-baselines3 model (`ppo`, `ppo-greedy`)
+    ppo:PATH, ppo-greedy:PATH             a saved PPO or MaskablePPO model (`ppo`, `ppo-greedy`)
+    sb3:PATH, sb3-greedy:PATH             a saved model of any stable-baselines3 or sb3-contrib
+                                          algorithm with a Discrete action space (`sb3`,
+                                          `sb3-greedy`)
     model:NAME                            a language model (`python -m eval model` grades it)
     FILE.py:CLASS, MODULE:CLASS           a policy from outside the project (`outside`)
 
@@ -30,16 +33,17 @@ CLASSES = {cls.name: cls for cls in (
     scripted.FinalityOracle, scripted.AlwaysShip, scripted.AlwaysRefund, scripted.AlwaysEscalate,
     scripted.DoNothing)}
 SCRIPTED = tuple(CLASSES)
-KINDS = ("plan", "ppo", "ppo-greedy", "model")
+KINDS = ("plan", "ppo", "ppo-greedy", "sb3", "sb3-greedy", "model")
+LEARNED = ("ppo", "ppo-greedy", "sb3", "sb3-greedy")
 FORMS = ("NAME, sop:poll_interval=INT,max_polls=INT, plan:W1,RETRY,W2,TERMINAL, ppo:PATH, "
-         "ppo-greedy:PATH, model:NAME, FILE.py:CLASS, MODULE:CLASS")
+         "ppo-greedy:PATH, sb3:PATH, sb3-greedy:PATH, model:NAME, FILE.py:CLASS, MODULE:CLASS")
 
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """`kind` is `scripted`, `plan`, `ppo`, `ppo-greedy`, `model` or `outside`; `target` the
-    policy's name, the model file, the model's name, or the outside policy's file or module;
-    `arguments` the knobs, the plan, or the outside policy's class."""
+    """`kind` is `scripted`, `plan`, `ppo`, `ppo-greedy`, `sb3`, `sb3-greedy`, `model` or
+    `outside`; `target` the policy's name, the model file, the model's name, or the outside
+    policy's file or module; `arguments` the knobs, the plan, or the outside policy's class."""
 
     kind: str
     target: str
@@ -68,7 +72,7 @@ class PolicySpec:
 
     @property
     def learned(self) -> bool:
-        return self.kind in ("ppo", "ppo-greedy")
+        return self.kind in LEARNED
 
     def source(self) -> Path | None:
         """The file this spec loads from disk, or None for the project's own policies."""
@@ -104,7 +108,7 @@ def module_file(target: str) -> Path:
     parts = target.split(".")
     for entry in [*import_path(), *sys.path[1:]]:
         base = Path(entry or ".").joinpath(*parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        for candidate in (base / "__init__.py", base.with_suffix(".py")):  # Python's order
             if candidate.is_file():
                 return candidate.resolve()
     raise ValueError(f"no module {target!r} on the path (give a file path ending in .py, or a "

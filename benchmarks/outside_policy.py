@@ -1,7 +1,9 @@
 """Cost of the process boundary and of the operating-system sandbox: the finality gate graded in
 the grader's process, then the same class as an outside policy (`agents.scripted:FinalityGate`:
 its own process, a fork per case) without the sandbox and in it, with one and two workers, on
-`public` x 3 seeds (963 episodes) into fresh folders. Each figure is the whole `grade` call (the
+`public` x 3 seeds (963 episodes) into fresh folders; and a policy that imports torch and loads a
+stable-baselines3 model at import (`models/ppo_full.zip`, in a package of its own, so the sandbox
+shows it the model), sandboxed, two workers. Each figure is the whole `grade` call (the
 sandbox's self-test and the policy's load check included); the ratios are of one run.
 
     .venv/bin/python benchmarks/outside_policy.py
@@ -9,6 +11,8 @@ sandbox's self-test and the policy's load check included); the ratios are of one
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -16,6 +20,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+TORCH_POLICY = """from pathlib import Path
+
+from agents.learned import load_sb3
+from finality_gym.policy import Policy
+
+MODEL = load_sb3(Path(__file__).with_name("model.zip"))  # torch and the model: once
+
+
+class Loaded(Policy):
+    name = "loaded_ppo"
+
+    def reset(self, brief):
+        MODEL.reset(brief)
+
+    def act(self, result):
+        return MODEL.act(result)
+"""
 
 
 def main() -> None:
@@ -37,6 +60,25 @@ def main() -> None:
             rows = grade(config, Path(tmp), workers=workers, progress=False)
             rates[label, workers] = len(rows) / (time.perf_counter() - started)
         print(f"{label}, {workers} worker(s): {rates[label, workers]:,.0f} episodes/s", flush=True)
+    if unavailable() is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            package = Path(tmp) / "torch_policy"
+            package.mkdir()
+            shutil.copy(ROOT / "models" / "ppo_full.zip", package / "model.zip")
+            (package / "__init__.py").write_text(TORCH_POLICY)
+            sys.path.insert(0, tmp)
+            os.environ["PYTHONPATH"] = tmp
+            timed = {}
+            for seeds in ((0,), (0, 1, 2, 3, 4)):
+                config = RunConfig(("torch_policy:Loaded",), seeds=seeds)
+                started = time.perf_counter()
+                rows = grade(config, Path(tmp) / f"run{len(seeds)}", workers=2, progress=False)
+                timed[len(rows)] = time.perf_counter() - started
+        (few, t_few), (many, t_many) = sorted(timed.items())
+        print(f"a policy that loads a PPO model at import, sandboxed, 2 workers: "
+              f"{many / t_many:,.0f} episodes/s over {many} episodes, {(many - few) / (t_many - t_few):,.0f} "
+              f"episodes/s once started (each of its processes imports torch and the model once: "
+              f"{t_few:.1f} s for {few} episodes)", flush=True)
     for workers in (1, 2):
         if ("outside, sandboxed", workers) in rates:
             bare, boxed = rates["outside, no sandbox", workers], rates["outside, sandboxed", workers]

@@ -123,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--policies", type=split_specs, action="extend", default=None,
                    help="policy specs, comma-separated or repeated (default: the nine): names, "
                         "sop:poll_interval=30,max_polls=6, plan:60,original,120,ship, ppo:PATH "
-                        "(a model: trusted files only, it unpickles code), FILE.py:CLASS or "
-                        "MODULE:CLASS (your own Policy, graded in its own process)")
+                        "or sb3:PATH (a saved model of PPO, or of any SB3 algorithm: trusted "
+                        "files only, it unpickles code), FILE.py:CLASS or MODULE:CLASS (your own "
+                        "Policy, graded in its own process, in the sandbox)")
     h.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
     h.add_argument("--tasks", type=lambda text: tuple(t for t in text.split(",") if t),
                    default=None, help="only these task ids, comma-separated (a quick look or a "

@@ -58,7 +58,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if (self.split == PRIVATE) != (self.master_seed is not None):
             raise ValueError("the private split and a master seed go together: give both "
-                             "--split private and a master seed, or neither")
+                             "--split private and --master-seed-file (or FINALITY_MASTER_SEED, "
+                             "or --master-seed), or neither")
         if self.split == PRIVATE and not self.sandbox:
             raise ValueError("--sandbox off is refused for --split private: a policy outside "
                              "the sandbox can read the grader's memory, and with it the split")
@@ -289,7 +290,8 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
                 raise ValueError("--backend ray does not grade the private split: its master "
                                  "seed would travel to every Ray worker (another machine's, on "
                                  "a cluster)")
-            from . import distributed  # noqa: F401  (Ray missing: an error now, not mid-run)
+            from .distributed import require_ray
+            require_ray()  # Ray missing: an error now, before anything is written
     outside = [s for s in config.policies if PolicySpec.parse(s).kind == "outside"]
     if outside:  # which sandbox the outside policies were graded in, proven before any case
         manifest = {**(manifest or {}), "sandbox": sandbox.self_test() if config.sandbox

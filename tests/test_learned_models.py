@@ -1,5 +1,7 @@
 """A saved model is checked at load against the env the `ppo:` spec grades it in: its algorithm,
-its observation space and its action space, each refused with a one-line error naming the file."""
+its observation space and its action space, each refused with a one-line error naming the file.
+`sb3:` loads the same models the same way (`tests/test_sb3_specs.py` covers its other
+algorithms)."""
 
 import gymnasium as gym
 import numpy as np
@@ -41,10 +43,11 @@ def models(tmp_path_factory):
     return {name: folder / f"{name}.zip" for name in built}
 
 
+@pytest.mark.parametrize("kind", ["ppo", "sb3"])
 @pytest.mark.parametrize("name", ["ppo", "maskable"])
-def test_a_model_of_finality_loads_and_acts(models, name):
-    policy = make_policy(f"ppo:{models[name]}")
-    assert policy.name == f"ppo:{models[name]}"
+def test_a_model_of_finality_loads_and_acts(models, name, kind):
+    policy = make_policy(f"{kind}:{models[name]}")
+    assert policy.name == f"{kind}:{models[name]}"
     record = run_episode(policy, PUBLIC.tasks[0], 0)
     assert record.disposition in ("ship", "refund", "write_off", "escalate", "close")
 
@@ -52,7 +55,7 @@ def test_a_model_of_finality_loads_and_acts(models, name):
 @pytest.mark.parametrize("name, problem", [
     ("other_waits", "was trained with action space Discrete(14); Finality's is Discrete(16) "
                     "(wait_ticks (10, 30, 60, 120))"),
-    ("a2c", "was trained by A2C, not PPO or MaskablePPO"),
+    ("a2c", "was trained by A2C, not PPO or MaskablePPO: grade it with sb3:{path}"),
     ("cartpole", "was trained with observation space Box(shape (4,), float32); Finality's is "
                  "Box(shape (58,), float32)"),
     ("other_bounds", "was trained with observation space bounds other than Finality's "
@@ -64,7 +67,7 @@ def test_a_model_for_something_else_is_refused_by_the_grader(models, name, probl
     assert eval_cli(["headline", "--policies", f"ppo:{models[name]}", "--seeds", "1",
                      "--workers", "1", "--no-progress", "--out", str(out)]) == 2
     error = capsys.readouterr().err
-    assert f"error: {models[name]} {problem}\n" in error
+    assert f"error: {models[name]} {problem.format(path=models[name])}\n" in error
     assert not out.exists()
     with pytest.raises(ValueError, match="not PPO" if name == "a2c" else "Finality's"):
         load_sb3(models[name], greedy=True)

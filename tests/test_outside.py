@@ -93,8 +93,9 @@ from finality_gym import load_corpus
 from finality_gym.policy import PolicyError
 tasks = tuple(t.task_id for t in load_corpus("public").tasks[:128])  # one chunk a policy
 try:
-    grade(RunConfig(tuple(sys.argv[1:3]), seeds=(0,), tasks=tasks), Path(sys.argv[3]),
-          workers=2, progress=False)
+    # the policies signal each other through a file: no sandbox (the host behaves the same)
+    grade(RunConfig(tuple(sys.argv[1:3]), seeds=(0,), tasks=tasks, sandbox=False),
+          Path(sys.argv[3]), workers=2, progress=False)
 except PolicyError as exc:
     sys.exit(f"error: {exc}")
 """
@@ -191,32 +192,36 @@ def test_a_module_is_graded_from_the_file_that_was_hashed(tmp_path, monkeypatch)
     assert manifest["inputs"] == {"mod_x:Always": _sha(here)}
 
 
-def test_a_module_python_finds_elsewhere_than_the_hashed_file_is_refused(tmp_path, monkeypatch):
-    """A package `mod_y/` beside `mod_y.py`: the hash is of `mod_y.py`, Python imports the
-    package. Grading the package under the module's hash would pin code that never ran."""
-    hashed = policy_file(tmp_path / "mod_y.py", ALWAYS.format(name="y", call="ship"))
+@pytest.mark.parametrize("sandbox", [True, False])
+def test_a_package_beside_a_module_of_its_name_is_what_is_hashed_and_run(tmp_path, monkeypatch,
+                                                                          sandbox):
+    """A package `mod_y/` beside `mod_y.py`: Python imports the package, so the package's file
+    is the one hashed, shown in the sandbox and run (grading it under `mod_y.py`'s hash would
+    pin code that never ran)."""
+    policy_file(tmp_path / "mod_y.py", ALWAYS.format(name="y", call="ship"))
     imported = policy_file(tmp_path / "mod_y" / "__init__.py", ALWAYS.format(name="y",
                                                                             call="refund"))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(PolicyError) as caught:
-        grade(RunConfig(("mod_y:Always",), seeds=(0,), tasks=TASKS), tmp_path / "run",
-              progress=False)
-    assert f"mod_y:Always could not be loaded: imported {imported}, not the hashed {hashed}" in \
-        str(caught.value)
-    assert not (tmp_path / "run" / "episodes.jsonl").exists() or \
-        not (tmp_path / "run" / "episodes.jsonl").read_text()
+    rows = grade(RunConfig(("mod_y:Always",), seeds=(0,), tasks=TASKS, sandbox=sandbox),
+                 tmp_path / "run", progress=False)
+    assert {r["disposition"] for r in rows} == {"refund"}
+    pinned = json.loads((tmp_path / "run" / "run.json").read_text())["inputs"]["mod_y:Always"]
+    assert pinned == hashlib.sha256(imported.read_bytes()).hexdigest()
 
 
-def test_a_file_edited_after_it_was_hashed_is_refused_at_the_next_case(tmp_path):
-    """Every case imports the policy afresh: an edit mid-run would otherwise grade new code
-    under the old hash."""
+def test_a_file_edited_after_it_was_hashed_never_grades_new_code_under_the_old_hash(tmp_path):
+    """The policy's process imports the hashed code once: an edit mid-run changes nothing in
+    it, and a process started after the edit (a new worker, a resume) refuses to run it."""
     path = policy_file(tmp_path / "mine.py", ALWAYS.format(name="mine", call="ship"))
     policy = ExternalPolicy(PolicySpec.parse(f"{path}:Always"))
     task = load_corpus("public").task(TASKS[0])
     try:
         assert run_episode(policy, task, 0).disposition == "ship"
         path.write_text(path.read_text().replace("'ship'", "'refund'"))
-        with pytest.raises(PolicyLoadError, match=rf"{path} has changed since the grader hashed"):
-            run_episode(policy, task, 0)
+        assert run_episode(policy, task, 1).disposition == "ship"  # the code that was hashed
     finally:
         policy.close()
+    stale = ExternalPolicy(PolicySpec.parse(f"{path}:Always"))
+    stale.digest = policy.digest  # as a worker holding the run's pinned hash would
+    with pytest.raises(PolicyLoadError, match=rf"{path} has changed since the grader hashed"):
+        stale.preflight()

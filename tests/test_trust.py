@@ -55,8 +55,13 @@ def test_each_attack_cheats_in_the_graders_process():
     assert out.strip() == "0"
 
 
-def test_red_team_policies_score_no_better_than_an_honest_policy(tmp_path):
-    specs = [f"{REDTEAM / spec}" for spec in ATTACKS]
+def test_red_team_policies_score_no_better_than_an_honest_policy(tmp_path, capsys):
+    shared = f"{REDTEAM / 'shared_memory.py:SharedMemory'}"
+    # a shared mapping made at import would join every case forked from the import: refused
+    assert headline(tmp_path, "--seeds", "1", "--policies", shared, out="shared") == 2
+    assert "importing it left shared writable mappings open (anonymous)" in (
+        capsys.readouterr().err)
+    specs = [f"{REDTEAM / spec}" for spec in ATTACKS if "shared_memory" not in spec]
     assert headline(tmp_path, "--seeds", "1", "--policies",
                     ",".join([*specs, "finality_gate", "finality_oracle"])) == 0
     pols = summary(tmp_path)
@@ -114,8 +119,10 @@ def test_the_policy_process_gets_none_of_the_graders_environment(tmp_path, monke
                     "class Envy(FinalityGate):\n    def plan(self):\n"
                     f"        open({str(log)!r}, 'a').write(repr(dict(os.environ)))\n"
                     "        yield from super().plan()\n")
-    assert headline(tmp_path, "--seeds", "1", "--workers", "1", "--policies",
-                    f"{path}:Envy") == 0
+    # the policy reports through a file, which the sandbox forbids: the process boundary alone
+    # (tests/test_sandbox.py attacks the environment through the sandbox)
+    assert headline(tmp_path, "--seeds", "1", "--workers", "1", "--sandbox", "off",
+                    "--policies", f"{path}:Envy") == 0
     assert "secret-value" not in log.read_text() and "PATH" in log.read_text()
 
 
@@ -248,7 +255,8 @@ def test_two_processes_at_once_one_is_refused(tmp_path):
                     f"        while not os.path.exists({str(flag)!r}):\n"
                     "            time.sleep(0.01)\n        yield from super().plan()\n")
     cmd = [sys.executable, "-m", "eval", "headline", "--seeds", "1", "--policies",
-           f"{path}:Waits", "--out", str(tmp_path / "run"), "--no-progress", "--workers", "1"]
+           f"{path}:Waits", "--out", str(tmp_path / "run"), "--no-progress", "--workers", "1",
+           "--sandbox", "off"]  # the policy waits for a file the sandbox would not show it
     env = {**os.environ, "FINALITY_POLICY_TIMEOUT": "120"}
     first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
@@ -336,10 +344,10 @@ def test_an_outside_policy_cannot_count_its_way_to_the_task(tmp_path):
                     "            f.write(f'{self.brief.order_value}\\n')\n"
                     "        yield from super().plan()\n")
     orders = []
-    for out in ("one", "two"):
+    for out in ("one", "two"):  # counting in a file: the sandbox would give each case its own
         log.write_text("")
-        assert headline(tmp_path, "--seeds", "1", "--workers", "1", "--policies",
-                        f"{path}:Counter", out=out) == 0
+        assert headline(tmp_path, "--seeds", "1", "--workers", "1", "--sandbox", "off",
+                        "--policies", f"{path}:Counter", out=out) == 0
         orders.append(log.read_text().split())
     tasks = load_corpus("public").tasks
     assert sorted(orders[0]) == sorted(str(t.order_value) for t in tasks)
