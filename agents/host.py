@@ -37,7 +37,7 @@ set by the grader): a thread pool started at import could not be forked.
 Under the operating-system sandbox (`agents/sandbox.py`: these processes run under bwrap, and
 `FINALITY_SANDBOX=1` says so) every case process first isolates itself, before it reads its
 brief (`isolate_case`: its own
-namespaces, a private /tmp, no /proc, no new process, limits), so nothing a case writes or
+namespaces, a private scratch folder, no /proc, no new process, limits), so nothing a case writes or
 starts reaches the next.
 
 When the grader's side is gone (it closed the pipes, or a worker of its was stopped while a case

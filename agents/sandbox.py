@@ -12,7 +12,8 @@ Python (docs/trust.md):
    site-packages, the repository's `agents/` and `finality_gym/`, the policy's own file or
    package); no `$HOME`, no results folder; the grader's environment never passed.
 2. Every case (`isolate_case`, called in the fork that plays it) gets its own user, pid and
-   mount namespaces: a private empty `/tmp` and `/dev/shm` that vanish with it, and no `/proc`
+   mount namespaces: a private empty scratch folder (`/scratch`, its `$TMPDIR` and `$HOME`;
+   `/tmp` is read-only) and `/dev/shm` that vanish with it, and no `/proc`
    (no view, and no pid to name, of the host it was forked from); then no capability, and a
    seccomp filter: no new process (only threads), no System V or POSIX message-queue IPC
    object (they outlive processes), no keyring, no ptrace; and resource limits (address space,
@@ -41,6 +42,9 @@ from pathlib import Path
 from .spec import ROOT
 
 SUBMISSION = "/submission"  # where a policy file is shown inside the sandbox
+# A case's writable scratch space ($TMPDIR, $HOME), private to it. /tmp itself is read-only (it
+# may hold the repository or the interpreter: a clone under /tmp must keep working).
+SCRATCH = "/scratch"
 MEMORY_MB = 4096  # address space of a case; FINALITY_POLICY_MEMORY_MB changes it
 FILE_MB = 64      # the largest file a case may write, and its /tmp and /dev/shm
 OPEN_FILES = 256
@@ -98,9 +102,10 @@ def command(argv: list[str], shown: dict[str, str], env: dict[str, str]) -> list
         args += ["--ro-bind", str(ROOT / code), str(ROOT / code)]
     for outside, inside in shown.items():
         args += ["--ro-bind", outside, inside]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SCRATCH, "--tmpfs", "/dev/shm",
              "--remount-ro", "/", "--chdir", "/", "--clearenv"]
-    for key, value in {**env, "FINALITY_SANDBOX": "1"}.items():
+    for key, value in {**env, "TMPDIR": SCRATCH, "HOME": SCRATCH,
+                       "FINALITY_SANDBOX": "1"}.items():
         args += ["--setenv", key, value]
     return [*args, "--", *argv]
 
@@ -142,7 +147,8 @@ def layers() -> dict:
                        "capabilities dropped; read-only filesystem of the interpreter, the "
                        "repository's agents/ and finality_gym/, and the policy's own code; "
                        "a bare environment",
-            "case": "own user, pid and mount namespaces; private /tmp and /dev/shm; no /proc; "
+            "case": "own user, pid and mount namespaces; private $TMPDIR (/scratch) and "
+                    "/dev/shm, /tmp read-only; no /proc; "
                     "no new processes, System V or message-queue IPC, keyrings or ptrace "
                     "(seccomp)",
             "limits": limits()}
@@ -163,7 +169,7 @@ def _check(result: int, what: str) -> None:
 def isolate_case() -> None:
     """Called in the fork that will play a case, before the policy's code is imported: from
     here on this process is pid 1 of namespaces of its own (its parent waits for it and exits
-    with its status), with a private /tmp and /dev/shm, no /proc, no capability, the seccomp
+    with its status), with a private scratch folder ($TMPDIR) and /dev/shm, no /proc, no capability, the seccomp
     filter and the limits. Returns in that process; never in the parent."""
     if platform.machine() not in _NUMBERS:
         raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
@@ -186,11 +192,11 @@ def isolate_case() -> None:
         os._exit(os.waitstatus_to_exitcode(status))
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
     size = f"size={FILE_MB}m,mode=1777".encode()
-    for path in (b"/tmp", b"/dev/shm"):
+    for path in (SCRATCH.encode(), b"/dev/shm"):
         _check(_libc.mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, size), "tmpfs")
     _check(_libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV,
                        b"size=4k"), "hiding /proc")
-    os.chdir("/tmp")
+    os.chdir(SCRATCH)
     _limit()
     _drop_capabilities()
     _seccomp()
@@ -277,7 +283,7 @@ class SandboxError(ValueError):
 
 def self_test() -> dict:
     """Prove the sandbox from inside before the first case: a case started as a policy's
-    would be can see no process of the grader, write nowhere but its /tmp, and reach no
+    would be can see no process of the grader, write nowhere but its scratch folder, and reach no
     listener the grader holds on the loopback. Returns the layers in force; raises if one of
     these holds."""
     reason = unavailable()
@@ -314,13 +320,13 @@ def _probe(grader_pid: int, port: int, code: str) -> dict:
         found["signalled the grader"] = False
     found["saw another process"] = any(p.isdigit() for p in os.listdir("/proc"))
     wrote = False
-    for place in (code, "/", "/usr"):
+    for place in (code, "/", "/usr", "/tmp"):
         try:
             Path(place, ".sandbox-probe").write_text("x")
             wrote = True
         except OSError:
             pass
-    found["wrote outside its /tmp"] = wrote
+    found["wrote outside its scratch folder"] = wrote
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
         found["reached the grader's loopback listener"] = True
