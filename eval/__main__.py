@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     progress = not args.no_progress
     started = time.perf_counter()
     try:
+        if getattr(args, "backend", "local") == "ray":  # Ray missing: say so before any output
+            from .distributed import require_ray
+            require_ray()
         if args.command == "headline":
             headline.run(args.out, args.workers, progress, split=args.split, seeds=args.seeds,
                          policies=tuple(args.policies or HEADLINE), probe=args.probe,
