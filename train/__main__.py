@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 import time
 from pathlib import Path
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                                  args.out)
         result = train(config, resume=args.resume)
     except KeyboardInterrupt:  # checkpoints and the sweep's finished seeds are kept
+        # a further Ctrl-C must not break the clean-up that runs at exit (Ray's shutdown)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         hint = "re-run to resume" if args.command == "sweep" else "resume with --resume"
         print(f"interrupted; {hint}", file=sys.stderr)
         return 130
