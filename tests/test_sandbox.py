@@ -368,10 +368,10 @@ def test_no_policy_reads_the_graders_command_line_environment_or_memory(attacks,
     graded = attacks(sandbox)
     run = graded.run
     cmdline, environ, memory = (graded.specs[k] for k in ("cmdline", "environ", "memory"))
-    if sandbox == "on":
-        all_refund(run, cmdline, environ, memory)
-    else:
-        all_ship(run, cmdline, environ, *([] if _ptrace_restricted() else [memory]))
+    found = [cmdline, environ] + ([] if sandbox == "off" and _ptrace_restricted() else [memory])
+    expected = {"refund": TASKS} if sandbox == "on" else {"ship": TASKS}
+    assert run.code == 0, run
+    assert {spec: run.dispositions(spec) for spec in found} == {spec: expected for spec in found}
 
 
 def test_unsandboxed_a_policy_reads_a_private_graders_master_seed(tmp_path):
@@ -398,7 +398,8 @@ def test_unsandboxed_a_policy_reads_a_private_graders_master_seed(tmp_path):
     finally:
         decoy.kill()
         decoy.wait()
-    all_ship(run, cmdline, environ)
+    assert run.code == 0, run
+    assert run.dispositions(cmdline) == run.dispositions(environ) == {"ship": TASKS}, run
 
 
 @pytest.mark.parametrize("given", ["file", "env"])
