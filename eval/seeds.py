@@ -7,11 +7,15 @@ world would be refused), so the aggregate takes them once. Per split it reports:
 
 - per seed: mean gap and exact rate with their unit-bootstrap intervals, the paired difference
   from the best unprivileged scripted policy of the arm, and the validation step of the model;
+  that policy is chosen on `public`, the split the learner trained and was validated on, and
+  compared with on both (choosing it on `regenerated` would pick the comparison on the data
+  that is to judge it);
 - across seeds: mean gap, exact rate and the paired difference with two-way (units x seeds,
   Owen's pigeonhole) bootstrap intervals, the probability of improvement (the share of seeds
   with a lower mean gap than that policy) with its interval, and the spread between seeds.
 
-Money in dollars; intervals are 95 % percentile bootstraps (`eval/stats.py`).
+Money in dollars; intervals are 95 % percentile bootstraps (`eval/stats.py`). The summary and
+the report name the machines every seed trained on (`eval/provenance.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 
 from agents import PolicySpec, is_unprivileged_scripted
 
+from .provenance import describe
 from .runfolder import read_rows
 from .report import pyplot
 from .stats import (REPLICATES, SeedUnitSums, difference_interval, improvement_probability,
@@ -38,7 +43,8 @@ SEED_BOOTSTRAP_SEED = BOOTSTRAP_SEED + 1
 class SeedRun:
     """One training seed as the aggregate sees it, whatever trained it: the results folder its
     model was graded into on each split, and its training's figures (`best_timesteps`,
-    `validation_mean_gap` in dollars, `timesteps`, `train_seconds`, `resumed_from`)."""
+    `validation_mean_gap` in dollars, `timesteps`, `train_seconds`, `resumed_from`, and
+    `machines`: `eval/provenance.py`'s record of each process that trained it, if known)."""
 
     graded: dict[str, Path]
     training: dict
@@ -78,18 +84,29 @@ def load_split(runs: dict[int, SeedRun], split: str) -> tuple[dict[str, list[dic
     return scripted or {}, learned
 
 
+def best_scripted(scripted: dict[str, list[dict]], split: str,
+                  replicates: int = REPLICATES) -> str:
+    """The unprivileged scripted policy with the lowest mean gap in `scripted` (one split's
+    rows; ties by name)."""
+    candidates = {p: rows for p, rows in scripted.items() if is_unprivileged_scripted(p)}
+    if not candidates:
+        raise ValueError("no unprivileged scripted policy was graded next to the seeds")
+    frame = Units(split, [r for rs in candidates.values() for r in rs], replicates,
+                  BOOTSTRAP_SEED)
+    return min(candidates, key=lambda p: (frame.gap(candidates[p]).value, p))
+
+
 def summarize_split(scripted: dict[str, list[dict]], learned: dict[int, list[dict]],
-                    split: str, replicates: int = REPLICATES) -> dict:
+                    split: str, best: str, replicates: int = REPLICATES) -> dict:
+    """One split's tables, against the scripted policy `best` (chosen on `public`)."""
     seeds = sorted(learned)
     every = [r for rs in scripted.values() for r in rs] + [r for s in seeds for r in learned[s]]
     frame = Units(split, every, replicates, BOOTSTRAP_SEED)
     counts = frame.counts
     seed_counts = seed_resample_counts(len(seeds), replicates, SEED_BOOTSTRAP_SEED)
     gaps = {p: frame.gap(rs) for p, rs in scripted.items()}
-    candidates = [p for p in scripted if is_unprivileged_scripted(p)]
-    if not candidates:
-        raise ValueError("no unprivileged scripted policy was graded next to the seeds")
-    best = min(candidates, key=lambda p: (gaps[p].value, p))
+    if best not in gaps:
+        raise ValueError(f"{best} was not graded on {split}")
     ref = gaps[best]
 
     ref_exact = frame.exact(scripted[best])
@@ -129,10 +146,11 @@ def summarize_split(scripted: dict[str, list[dict]], learned: dict[int, list[dic
     }
 
 
-def run(out: Path, runs: dict[int, SeedRun], probe: str,
+def run(out: Path, runs: dict[int, SeedRun], probe: str, algorithm: str = "PPO",
         replicates: int = REPLICATES) -> dict:
-    """Aggregate the seeds' `runs` into `out/summary.json`, `report.md`, `seeds.png`."""
-    summary = {"probe": probe, "seeds": sorted(runs),
+    """Aggregate the seeds' `runs` of `algorithm` (its SB3 class name) into
+    `out/summary.json`, `report.md`, `seeds.png`."""
+    summary = {"probe": probe, "algorithm": algorithm, "seeds": sorted(runs),
                "bootstrap": {"replicates": replicates, "confidence": 0.95,
                              "unit_seed": BOOTSTRAP_SEED, "seed_seed": SEED_BOOTSTRAP_SEED,
                              "method": "percentile; per seed: units resampled; across seeds: "
@@ -144,10 +162,16 @@ def run(out: Path, runs: dict[int, SeedRun], probe: str,
             "best_timesteps": training["best_timesteps"],
             "validation_mean_gap": _r(training["validation_mean_gap"]),
             "timesteps": training["timesteps"], "train_seconds": training["train_seconds"],
-            "resumed_from": training["resumed_from"]}
+            "resumed_from": training["resumed_from"],
+            "machines": training.get("machines", [])}
+    summary["machines"] = sorted({describe(m) for t in summary["training"].values()
+                                  for m in t["machines"]})
+    loaded = {split: load_split(runs, split) for split in SPLITS}
+    best = best_scripted(loaded["public"][0], "public", replicates)
+    summary["best_scripted_chosen_on"] = "public"
     for split in SPLITS:
-        scripted, learned = load_split(runs, split)
-        summary["splits"][split] = summarize_split(scripted, learned, split, replicates)
+        scripted, learned = loaded[split]
+        summary["splits"][split] = summarize_split(scripted, learned, split, best, replicates)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "report.md").write_text(report_markdown(summary, out.name))
     figure(summary, out / "seeds.png")
@@ -175,10 +199,14 @@ def table(split: dict) -> str:
 
 
 def report_markdown(summary: dict, name: str) -> str:
-    lines = [f"# PPO across training seeds: {name}", "",
+    algorithm = summary.get("algorithm", "PPO")
+    lines = [f"# {algorithm} across training seeds: {name}", "",
              f"Probe arm `{summary['probe']}`, seeds {summary['seeds']}. Money in dollars; 95 % "
              "intervals: per seed, units resampled; across seeds (`all`), units and training "
-             "seeds resampled independently (two-way bootstrap).", "",
+             "seeds resampled independently (two-way bootstrap). The scripted policy compared "
+             "with is the best unprivileged one on `public` (the split trained on).", "",
+             "Trained on: " + ("; ".join(summary.get("machines") or []) or "not recorded")
+             + ".", "",
              "| seed | best model at (steps) | validation gap ($) | trained steps | train s | "
              "resumed from |", "|---:|---:|---:|---:|---:|---:|"]
     for seed, t in summary["training"].items():
@@ -208,6 +236,7 @@ def report_markdown(summary: dict, name: str) -> str:
 def figure(summary: dict, path: Path) -> None:
     """Each seed's mean gap (with its interval) per split; the arm's scripted policies as lines."""
     plt = pyplot()
+    algorithm = summary.get("algorithm", "PPO")
     splits = summary["splits"]
     fig, axes = plt.subplots(1, len(splits), figsize=(6.2 * len(splits) + 2, 4.2),
                              squeeze=False)
@@ -219,9 +248,10 @@ def figure(summary: dict, path: Path) -> None:
         means = np.array([row["mean_gap"] for row in split["seeds"]])
         cis = np.array([row["mean_gap_ci"] for row in split["seeds"]])
         ax.errorbar(x, means, yerr=[means - cis[:, 0], cis[:, 1] - means], fmt="o", color="C0",
-                    capsize=3, label="PPO, each seed")
+                    capsize=3, label=f"{algorithm}, each seed")
         a = split["across_seeds"]
-        ax.axhspan(*a["mean_gap_ci"], color="C0", alpha=0.12, label="PPO, all seeds (two-way CI)")
+        ax.axhspan(*a["mean_gap_ci"], color="C0", alpha=0.12,
+                   label=f"{algorithm}, all seeds (two-way CI)")
         top = cis[:, 1].max()
         shown = [(p, s) for p, s in split["scripted"].items()
                  if is_unprivileged_scripted(p) and s["mean_gap"] <= 2 * top]

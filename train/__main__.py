@@ -1,5 +1,6 @@
-"""`python -m train ppo ...`: train a PPO baseline, then grade it like every scripted policy;
-`python -m train sweep ...`: train one recipe from several seeds and grade them together."""
+"""`python -m train ppo ...`: train a PPO baseline (or MaskablePPO, RecurrentPPO, A2C or DQN:
+`--algo`), then grade it like every scripted policy; `python -m train sweep ...`: train one
+recipe from several seeds and grade them together."""
 
 from __future__ import annotations
 
@@ -10,22 +11,32 @@ import sys
 import time
 from pathlib import Path
 
-from .ppo import PPOConfig, train
+from .ppo import ALGOS, HYPERPARAMETERS, TUNED, TrainConfig, train
 from .sweep import BACKENDS, parse_seeds, sweep
 
-# The recipe's options, shared by `ppo` and `sweep`: PPOConfig's fields, with what --help says
-# of them (their defaults are PPOConfig's). Every option defaults to None, so that the options
-# given can be told apart from those left out (`--resume` takes none but --timesteps).
+# The recipe's options, shared by `ppo` and `sweep`: TrainConfig's fields, with their type (or
+# choices) and what --help says of them (their defaults are TrainConfig's, or for an algorithm's
+# own hyperparameters its entry in HYPERPARAMETERS). Every option defaults to None, so that the
+# options given can be told apart from those left out (`--resume` takes none but --timesteps,
+# and an algorithm refuses the hyperparameters it does not take).
 RECIPE = {
     "env": (str, "env id"),
+    "algo": (tuple(ALGOS), "the algorithm"),
     "timesteps": (int, None),  # each command says its own
     "n_envs": (int, "training envs stepped together"),
-    "masked": (bool, "MaskablePPO with the env's masks"),
-    "learning_rate": (float, "Adam's step size"),
+    "masked": (bool, "MaskablePPO with the env's masks: --algo maskable_ppo for short"),
+    "learning_rate": (float, "the optimizer's step size"),
     "n_steps": (int, "rollout steps per env"),
     "batch_size": (int, "minibatch size"),
     "n_epochs": (int, "passes over each rollout"),
     "ent_coef": (float, "entropy bonus"),
+    "lstm_hidden_size": (int, "units of the LSTM"),
+    "buffer_size": (int, "replay buffer, in transitions"),
+    "learning_starts": (int, "transitions collected before the first update"),
+    "train_freq": (int, "steps of the envs from one update to the next"),
+    "target_update_interval": (int, "transitions from one target network sync to the next"),
+    "exploration_fraction": (float, "share of the training steps over which epsilon decays"),
+    "exploration_final_eps": (float, "epsilon once decayed"),
     "eval_every": (int, "validate every N training steps"),
     "validation_stride": (int, "validate on every N-th independent unit of public"),
     "checkpoint_every": (int, "checkpoint every N training steps"),
@@ -44,18 +55,38 @@ def recipe_options(parser: argparse.ArgumentParser, timesteps: str) -> None:
     for field, (kind, text) in RECIPE.items():
         if kind is bool:
             parser.add_argument(option(field), action="store_true", default=None, help=text)
+        elif isinstance(kind, tuple):
+            parser.add_argument(option(field), choices=kind, default=None,
+                                help=f"{text} (default ppo; maskable_ppo with --masked)")
         else:
             parser.add_argument(option(field), type=kind, default=None,
                                 help=timesteps if field == "timesteps" else
-                                f"{text} (default {getattr(PPOConfig, field)})")
+                                f"{text} ({defaults(field)})")
+
+
+def defaults(field: str) -> str:
+    """What --help says of a field's default: `default 8`; for a hyperparameter, the algorithms
+    that take it with their defaults (`default 0.0007 for a2c; 0.0001 for dqn`), or
+    `dqn only, default 100000`."""
+    if field not in TUNED:
+        return f"default {getattr(TrainConfig, field)}"
+    takers: dict = {}
+    for algo, own in HYPERPARAMETERS.items():
+        if field in own:
+            takers.setdefault(own[field], []).append(algo)
+    if len(takers) == 1:
+        (value, algos), = takers.items()
+        return f"{', '.join(algos)} only, default {value}"
+    return "default " + "; ".join(f"{value} for {', '.join(algos)}"
+                                  for value, algos in takers.items())
 
 
 def given(args: argparse.Namespace) -> dict:
-    """The recipe's options given on the command line, as PPOConfig's fields."""
+    """The recipe's options given on the command line, as TrainConfig's fields."""
     return {field: getattr(args, field) for field in RECIPE if getattr(args, field) is not None}
 
 
-def resumed_config(args: argparse.Namespace) -> PPOConfig:
+def resumed_config(args: argparse.Namespace) -> TrainConfig:
     """The configuration saved in the run folder `--out`, to continue that run in `--out`
     itself: the saved `out` is where the run was started, which a moved or copied folder no
     longer is. Of the recipe, only --timesteps may change: any other option given would be
@@ -71,7 +102,7 @@ def resumed_config(args: argparse.Namespace) -> PPOConfig:
     if not saved.is_file():
         raise FileNotFoundError(f"--resume: {out} holds no config.json (not a training run folder)")
     try:
-        config = PPOConfig.from_json(saved.read_text())
+        config = TrainConfig.from_json(saved.read_text())
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"--resume: {saved} is not a run configuration ({exc})") from None
     return dataclasses.replace(config, out=str(out),
@@ -79,27 +110,28 @@ def resumed_config(args: argparse.Namespace) -> PPOConfig:
                                else args.timesteps)
 
 
-def config_from(args: argparse.Namespace, seed: int, out: str) -> PPOConfig:
-    return PPOConfig(**given(args), seed=seed, out=out)
+def config_from(args: argparse.Namespace, seed: int, out: str) -> TrainConfig:
+    return TrainConfig(**given(args), seed=seed, out=out)
 
 
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="python -m train", description=__doc__)
     sub = main.add_subparsers(dest="command", required=True)
-    what = "train PPO (MaskablePPO with --masked) on a Finality env, then grade it"
+    what = ("train PPO (or another algorithm: --algo) on a Finality env, then grade it; an "
+            "algorithm refuses the hyperparameters it does not take")
     p = sub.add_parser("ppo", help=what, description=what)
-    recipe_options(p, f"total training steps (default {PPOConfig.timesteps}; with --resume, "
+    recipe_options(p, f"total training steps (default {TrainConfig.timesteps}; with --resume, "
                       "the saved run's)")
     p.add_argument("--seed", type=int, default=None, help=f"training seed (default "
-                                                         f"{PPOConfig.seed})")
-    p.add_argument("--out", default=PPOConfig.out, help=f"run folder (default {PPOConfig.out})")
+                                                         f"{TrainConfig.seed})")
+    p.add_argument("--out", default=TrainConfig.out, help=f"run folder (default {TrainConfig.out})")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its latest checkpoint, with its saved "
                         "recipe (without it, --out must be empty or new)")
     what = ("train the same recipe from several seeds, each a whole `ppo` run, and grade them "
             "together (re-running into --out resumes)")
     s = sub.add_parser("sweep", help=what, description=what)
-    recipe_options(s, f"training steps of each seed (default {PPOConfig.timesteps})")
+    recipe_options(s, f"training steps of each seed (default {TrainConfig.timesteps})")
     s.add_argument("--seeds", default="0-4",
                    help="training seeds: 0-9, 0,3,7 or 0-4,10 (default 0-4)")
     s.add_argument("--backend", choices=BACKENDS, default="local",
@@ -118,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             config = resumed_config(args)
         else:
-            config = config_from(args, PPOConfig.seed if args.seed is None else args.seed,
+            config = config_from(args, TrainConfig.seed if args.seed is None else args.seed,
                                  args.out)
         result = train(config, resume=args.resume)
     except KeyboardInterrupt:  # checkpoints and the sweep's finished seeds are kept

@@ -43,7 +43,7 @@ from ray import tune
 
 from eval.distributed import connect
 
-from .ppo import PPOConfig, progress_line
+from .ppo import TrainConfig, progress_line
 from .seed import done_line
 
 RAY_LOG = "ray.log"
@@ -109,7 +109,7 @@ def report_to_tune(metrics: dict, model) -> None:
 
 
 def trial(params: dict, train_seed, configs: dict) -> dict:
-    config = PPOConfig.from_json(configs[params["seed"]])
+    config = TrainConfig.from_json(configs[params["seed"]])
     with output_to(Path(config.out).parent / RAY_LOG):
         result = train_seed(config, report=report_to_tune)
     best = result["best"]
@@ -137,14 +137,14 @@ def trial_folder(trial) -> str:
     return f"seed_{trial.config['seed']}"
 
 
-def experiment_name(configs: list[PPOConfig]) -> str:
+def experiment_name(configs: list[TrainConfig]) -> str:
     label = seeds_label(sorted(c.seed for c in configs))
     if len(label) > 80:  # a folder name has at most 255 bytes
         label = hashlib.sha256(label.encode()).hexdigest()[:16]
     return f"seeds_{label}"
 
 
-def new_tuner(trainable, configs: list[PPOConfig], storage: str, name: str, workers: int):
+def new_tuner(trainable, configs: list[TrainConfig], storage: str, name: str, workers: int):
     return tune.Tuner(
         trainable,
         param_space={"seed": tune.grid_search([c.seed for c in configs])},
@@ -191,7 +191,7 @@ def started(torch_threads: int):
     return functools.partial(run, early.getvalue())
 
 
-def run(early: str, train_seed, configs: list[PPOConfig], out: Path, workers: int) -> None:
+def run(early: str, train_seed, configs: list[TrainConfig], out: Path, workers: int) -> None:
     """Every seed of `configs` a trial of the sweep's Tune experiment; `train_seed` trains one.
     Ray's output goes to the sweep's ray.log (what it printed while it started, `early`, first)."""
     print(f"Ray's own output: {out / RAY_LOG}", flush=True)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from eval.runfolder import lock, prepare
 
-from .ppo import PPOConfig, latest_checkpoint, train
+from .ppo import TrainConfig, latest_checkpoint, train
 
 
-def train_seed(config: PPOConfig, report=None) -> dict:
+def train_seed(config: TrainConfig, report=None) -> dict:
     """One seed's whole run, resuming whatever an interrupted sweep left of it; its result.
     `report` is `train`'s (the Ray backend reports to Tune through it)."""
     out = Path(config.out)

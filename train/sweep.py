@@ -1,4 +1,4 @@
-"""`python -m train sweep`: one PPO recipe trained from several seeds, graded together.
+"""`python -m train sweep`: one recipe (any `--algo`) trained from several seeds, graded together.
 
 A sweep folder holds `sweep.json` (the recipe and the seeds), one full `train ppo` run per
 seed in `seed_<k>/` (config, validation, best model, checkpoints, TensorBoard, the headline
@@ -15,7 +15,9 @@ Re-running a sweep into its folder resumes it: a seed with a `result.json` is do
 alone, a seed with checkpoints resumes from its last whole one (SB3 checkpoints do not hold the
 rollout and generator state, so such a seed is no longer bit-identical to an uninterrupted run;
 its `result.json` says where it resumed), a seed folder with no checkpoint starts again. The
-recipe must be the one the folder was started with; more seeds may be added. The sweep folder
+recipe must be the one the folder was started with (a `sweep.json` from before `--algo` holds a
+recipe without `algo`: it is read as the algorithm `masked` named, PPO or MaskablePPO, as its
+runs' `config.json` are); more seeds may be added. The sweep folder
 and every seed folder hold a `.lock` while written: a second sweep on the folder, or a killed
 sweep's worker still training a seed, is refused by name instead of trained over.
 
@@ -40,7 +42,7 @@ from eval import seeds as aggregate
 from eval.distributed import require_ray
 from eval.runfolder import lock, prepare, write_atomic
 
-from .ppo import PPOConfig
+from .ppo import ALGOS, TrainConfig
 from .seed import done_line, train_seed
 
 BACKENDS = ("local", "ray")
@@ -71,7 +73,7 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     return tuple(sorted(seeds))
 
 
-def recipe(config: PPOConfig) -> dict:
+def recipe(config: TrainConfig) -> dict:
     """What every seed of a sweep shares: the configuration without its seed and folder."""
     data = dataclasses.asdict(config)
     del data["seed"], data["out"]
@@ -83,11 +85,11 @@ def seed_folder(out: Path, seed: int) -> Path:
     return out / f"seed_{seed}"
 
 
-def seed_config(base: PPOConfig, out: Path, seed: int) -> PPOConfig:
+def seed_config(base: TrainConfig, out: Path, seed: int) -> TrainConfig:
     return dataclasses.replace(base, seed=seed, out=str(seed_folder(out, seed).resolve()))
 
 
-def check(base: PPOConfig, seeds: tuple[int, ...], out: Path) -> tuple[int, ...]:
+def check(base: TrainConfig, seeds: tuple[int, ...], out: Path) -> tuple[int, ...]:
     """Every seed of the sweep in `out` (those there and the new ones), or an error if `out`
     holds something else; writes nothing."""
     path = out / "sweep.json"
@@ -99,8 +101,8 @@ def check(base: PPOConfig, seeds: tuple[int, ...], out: Path) -> tuple[int, ...]
         try:
             found = json.loads(path.read_text())
             known = tuple(found["seeds"])
-            saved = found["recipe"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            saved = recipe(TrainConfig.from_dict(found["recipe"]))
+        except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path} is not a sweep record ({exc})") from None
         if saved != wanted:
             diff = sorted(k for k in wanted.keys() | saved.keys() if saved.get(k) != wanted.get(k))
@@ -111,7 +113,7 @@ def check(base: PPOConfig, seeds: tuple[int, ...], out: Path) -> tuple[int, ...]
     return tuple(sorted(set(known) | set(seeds)))
 
 
-def pin(base: PPOConfig, every: tuple[int, ...], out: Path) -> None:
+def pin(base: TrainConfig, every: tuple[int, ...], out: Path) -> None:
     """Write the recipe and the seeds to `out/sweep.json`."""
     write_atomic(out / "sweep.json",
                  json.dumps({"recipe": recipe(base), "seeds": list(every)}, indent=2) + "\n")
@@ -132,7 +134,7 @@ def _exit_without(sweep: int) -> None:
     os._exit(1)
 
 
-def run_local(configs: list[PPOConfig], workers: int) -> None:
+def run_local(configs: list[TrainConfig], workers: int) -> None:
     # Fresh processes: a forked child would inherit this process's torch threads (and locks).
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
@@ -150,7 +152,7 @@ def run_local(configs: list[PPOConfig], workers: int) -> None:
             raise
 
 
-def sweep(base: PPOConfig, seeds: tuple[int, ...], out: Path, backend: str = "local",
+def sweep(base: TrainConfig, seeds: tuple[int, ...], out: Path, backend: str = "local",
           workers: int | None = None) -> dict:
     """Train every seed of the sweep in `out` that is not done, then aggregate them all."""
     if backend not in BACKENDS:
@@ -172,7 +174,8 @@ def sweep(base: PPOConfig, seeds: tuple[int, ...], out: Path, backend: str = "lo
             run_ray(train_seed, configs, out, workers)  # Tune's experiment is the whole sweep's
         elif todo:
             run_local(todo, workers)
-        return aggregate.run(out, {c.seed: seed_run(Path(c.out)) for c in configs}, base.probe)
+        return aggregate.run(out, {c.seed: seed_run(Path(c.out)) for c in configs}, base.probe,
+                             ALGOS[base.algo].name)
 
 
 def ray_started(torch_threads: int):
@@ -191,4 +194,5 @@ def seed_run(folder: Path) -> aggregate.SeedRun:
         training={"best_timesteps": result["best"]["timesteps"],
                   "validation_mean_gap": result["best"]["mean_gap"],
                   "timesteps": result["timesteps"], "train_seconds": result["train_seconds"],
-                  "resumed_from": result.get("resumed_from")})
+                  "resumed_from": result.get("resumed_from"),
+                  "machines": result.get("machines", [])})
