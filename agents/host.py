@@ -35,10 +35,11 @@ tracebacks too. Numerical libraries run on one thread (`OPENBLAS_NUM_THREADS=1` 
 set by the grader): a thread pool started at import could not be forked.
 
 Under the operating-system sandbox (`agents/sandbox.py`: these processes run under bwrap, and
-`FINALITY_SANDBOX=1` says so) every case process first isolates itself, before it reads its
-brief (`isolate_case`: its own
-namespaces, a private scratch folder, no /proc, no new process, limits), so nothing a case writes or
-starts reaches the next.
+`FINALITY_SANDBOX=1` says so) the zygote enters its own user and mount namespaces once after
+the import (`isolate_worker`: /proc hidden), every case process isolates itself before it reads
+its brief (`isolate_case`: its own pid namespace, no capability, no new process, limits), and
+this process empties the scratch folder and /dev/shm after every case (`wipe`), so nothing a
+case writes or starts reaches the next.
 
 When the grader's side is gone (it closed the pipes, or a worker of its was stopped while a case
 ran), there is no one left to tell: the host and its case end at once, quietly, a case stuck in
@@ -47,6 +48,7 @@ a loop too.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib
 import importlib.util
@@ -207,6 +209,13 @@ def _zygote(target: str, name: str, source: Path, digest: str, control: socket.s
                             "the imported code, so nothing may outlive the import"})
         control.send(b"u")
         return
+    sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
+    if sandboxed:
+        from agents.sandbox import isolate_case, isolate_worker
+        isolate_worker()
+    # Every object the import made is left out of the collector's passes from now on: a case's
+    # collection would otherwise write to every page that holds one, and copy them all.
+    gc.freeze()
     send({"ready": str(cls.name)})
     control.send(b"r")
     while control.recv(1):
@@ -215,8 +224,7 @@ def _zygote(target: str, name: str, source: Path, digest: str, control: socket.s
             control.close()
             code = _FINISHED
             try:
-                if os.environ.get("FINALITY_SANDBOX") == "1":
-                    from agents.sandbox import isolate_case
+                if sandboxed:
                     isolate_case()
                 message = read()
                 if message is None or "episode" not in message:
@@ -274,7 +282,12 @@ def main() -> int:
         if not loaded:  # it died importing, before it could say
             send({"unloadable": f"loading it ended its process (exit status {ended()})"})
         return 1
+    sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
+    if sandboxed:
+        from agents.sandbox import wipe
     while True:
+        if sandboxed:
+            wipe()  # what the last case wrote, before the next case starts
         ours.send(b"c")  # fork a case: the grader's next message starts it, or says none is left
         answer = reply()
         if not answer:

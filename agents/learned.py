@@ -149,6 +149,10 @@ def load_sb3(path: str | Path, greedy: bool = False, kind: str = "ppo") -> GymPo
         if actual != expected[space]:
             raise ValueError(f"{path} was trained with {space} space bounds other than "
                              f"Finality's {_space_summary(expected[space])}")
+    # One greedy forward pass now (it draws no random number): torch initializes its kernels
+    # on the first, and a policy loaded at import then forks its cases with them ready (11 ms
+    # less a case here for an outside policy: `benchmarks/outside_policy.py`).
+    model.predict(np.zeros(expected["observation"].shape, dtype=np.float32), deterministic=True)
     return sb3_policy(model, f"{kind}{'-greedy' if greedy else ''}:{path}", greedy)
 
 

@@ -17,6 +17,10 @@ The loop, for what real models do:
 - Caps per episode: `max_requests` requests, `max_invalid_turns` replies that were invalid (a
   reply with no call, or with an invalid call), `max_total_tokens` tokens. Reaching one ends the
   case as a lapse (`GiveUp`), and the row's `agent_status` says which (`ok` otherwise).
+- A conversation that outgrows the model's context (the endpoint's refusal in any of the forms
+  of `context_overflow`) ends that case as a lapse too (`agent_status: "context_overflow"`):
+  the model could not go on, the run does. Only at preflight, where the conversation is its
+  shortest, is it a configuration error.
 
 Infrastructure is not the agent: timeouts, dropped connections, 408/409/429/5xx and unreadable
 bodies are retried with exponential backoff and jitter, honouring `Retry-After`; when the
@@ -40,6 +44,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +93,43 @@ class InfrastructureError(RuntimeError):
 
 
 class ConfigurationError(RuntimeError):
-    """The endpoint refused the request for a reason retrying cannot fix; stops the run."""
+    """The endpoint refused the request for a reason retrying cannot fix; stops the run.
+    `status` and `error` (the response's error object, or its text) when an endpoint said so."""
+
+    def __init__(self, text: str, status: int | None = None, error: dict | str | None = None):
+        super().__init__(text)
+        self.status, self.error = status, error
+
+
+class ContextOverflow(ConfigurationError):
+    """The conversation no longer fits the model's context: a lapse mid-episode."""
+
+
+# How servers say a request does not fit the context: OpenAI (`context_length_exceeded`,
+# "This model's maximum context length is 4096 tokens. However, your messages resulted in ..."),
+# vLLM ("This model's maximum context length is ..."; newer: "... your request has N input
+# tokens"), llama.cpp's server (`exceed_context_size_error`, "the request exceeds the available
+# context size"), Anthropic's compatibility layer ("prompt is too long: N tokens > M maximum"),
+# Gemini's ("The input token count (N) exceeds the maximum number of tokens allowed (M)"); and a
+# gateway's 413 (the body itself too large).
+_OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error",
+                             "string_above_max_length"})
+_OVERFLOW_TEXT = re.compile(r"maximum context length|context (size|window|length)|prompt is too "
+                            r"long|input token count .* exceeds|too many (input )?tokens",
+                            re.IGNORECASE)
+
+
+def context_overflow(status: int, error: dict | str) -> bool:
+    """Whether an error response says the conversation does not fit the model's context."""
+    if status == 413:
+        return True
+    if status != 400:
+        return False
+    if isinstance(error, dict):
+        if {str(error.get("code")), str(error.get("type"))} & _OVERFLOW_CODES:
+            return True
+        error = str(error.get("message", ""))
+    return bool(_OVERFLOW_TEXT.search(error))
 
 
 @dataclass(frozen=True)
@@ -109,6 +150,8 @@ class ModelConfig:
     max_retries: int = 6
     backoff_s: float = 1.0
     backoff_max_s: float = 60.0
+    params: tuple[tuple[str, str], ...] = ()  # --param KEY=JSON: more request fields (JSON text)
+    no_params: tuple[str, ...] = ()           # --no-param KEY: a field never sent
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -124,6 +167,28 @@ class ModelConfig:
             raise ValueError(f"max_total_tokens must be >= 1, got {self.max_total_tokens}")
         if self.max_retries < 0 or self.timeout_s <= 0 or self.backoff_s < 0:
             raise ValueError("max_retries >= 0, timeout_s > 0 and backoff_s >= 0 are required")
+        keys = [key for key, _ in self.params]
+        for key in keys + list(self.no_params):
+            if key in OWN_FIELDS:
+                raise ValueError(f"--param/--no-param {key}: the harness sets {key} itself")
+        if len(set(keys)) != len(keys) or set(keys) & set(self.no_params):
+            raise ValueError(f"--param/--no-param: each field once ({keys}, "
+                             f"{list(self.no_params)})")
+        for key, text in self.params:
+            try:
+                json.loads(text)
+            except ValueError:
+                raise ValueError(f"--param {key}={text}: the value is not JSON (a string is "
+                                 f"quoted: {key}='\"{text}\"')") from None
+
+    def request_params(self) -> dict:
+        """The sampling fields a request carries, before the endpoint says what it takes:
+        temperature and max_tokens, then every --param, less every --no-param."""
+        sent = {"temperature": self.temperature, "max_tokens": self.max_tokens,
+                **{key: json.loads(text) for key, text in self.params}}
+        for key in self.no_params:
+            sent.pop(key, None)
+        return sent
 
     def api_key(self) -> str:
         if self.api_key_env is None:
@@ -140,6 +205,8 @@ class Endpoint:
     class owns the retries and returns the parsed body with what it took to get it."""
 
     def __init__(self, config: ModelConfig):
+        self.params = config.request_params()  # what requests carry; preflight may adapt it
+        self.learned: list[str] = []           # what the preflight adapted, and why
         try:
             import openai
         except ImportError as exc:
@@ -177,8 +244,11 @@ class Endpoint:
                 errors.append(f"connection error: {exc.__cause__ or exc}")
             except self.openai.APIStatusError as exc:
                 status = exc.status_code
+                if context_overflow(status, _error(exc)):
+                    raise ContextOverflow(_explain(status, exc), status, _error(exc)) from None
                 if status not in TRANSIENT_STATUS and status < 500:
-                    raise ConfigurationError(_explain(status, exc)) from None
+                    raise ConfigurationError(_explain(status, exc), status,
+                                             _error(exc)) from None
                 errors.append(f"HTTP {status}: {_message(exc)}")
                 wait = _retry_after(exc.response.headers)
             if attempt == retries:
@@ -190,32 +260,89 @@ class Endpoint:
         raise InfrastructureError(f"{len(errors)} attempts failed; last: {errors[-1]}")
 
     def preflight(self) -> str:
-        """One small request before a run: a bad key, an unknown model, a server that takes no
-        tools, or no server at all (after 3 attempts, not the run's whole retry schedule) stops
-        the run here. Returns the served model's name."""
-        request = {"model": self.config.model, "tools": chat_tools(), "tool_choice": "auto",
-                   "max_tokens": 8,
-                   "messages": [{"role": "system", "content": system_prompt()},
-                                {"role": "user", "content": PREFLIGHT}]}
-        try:
-            body, *_ = self.complete(request, random.Random(0), retries=min(
-                2, self.config.max_retries))
-        except InfrastructureError as exc:
-            raise ConfigurationError(f"{self.config.base_url} does not answer ({exc}); is the "
-                                     "server running, and is --base-url right?") from None
-        return str(body.get("model", self.config.model))
+        """One small request before a run, with the run's sampling fields: a bad key, an
+        unknown model, a server that takes no tools, or no server at all (after 3 attempts, not
+        the run's whole retry schedule) stops the run here. A 400 that names a sampling field
+        the request carried (its `param`, or a quoted name in its message: a reasoning model's
+        refusal of `max_tokens` or of a temperature but 1) is learned instead: the field is
+        sent under its documented replacement (`REPLACEMENTS`) or not at all, `learned` says
+        so, and the preflight asks again. Returns the served model's name."""
+        for _ in range(len(self.params) + 1):
+            small = {key: 8 if key in ("max_tokens", "max_completion_tokens") else value
+                     for key, value in self.params.items()}
+            request = {"model": self.config.model, "tools": chat_tools(), "tool_choice": "auto",
+                       **small, "messages": [{"role": "system", "content": system_prompt()},
+                                             {"role": "user", "content": PREFLIGHT}]}
+            try:
+                body, *_ = self.complete(request, random.Random(0), retries=min(
+                    2, self.config.max_retries))
+            except InfrastructureError as exc:
+                raise ConfigurationError(f"{self.config.base_url} does not answer ({exc}); is "
+                                         "the server running, and is --base-url right?") from None
+            except ContextOverflow:
+                raise
+            except ConfigurationError as exc:
+                if not self._learn(exc):
+                    raise
+                continue
+            return str(body.get("model", self.config.model))
+        raise ConfigurationError(f"the endpoint refused every sampling field: {self.learned}")
+
+    def _learn(self, exc: ConfigurationError) -> bool:
+        """Adapt `params` to a 400 that names one of them; whether it did."""
+        name = refused_field(exc.error, self.params) if exc.status == 400 else None
+        if name is None:
+            return False
+        detail = _first_line(exc.error)
+        replacement = REPLACEMENTS.get(name)
+        if replacement is not None and replacement not in self.params:
+            self.params[replacement] = self.params.pop(name)
+            self.learned.append(f"{name} sent as {replacement} (refused: {detail})")
+        else:
+            del self.params[name]
+            self.learned.append(f"{name} not sent (refused: {detail})")
+        return True
+
+
+# Request fields the harness sets itself: --param and --no-param may not name them.
+OWN_FIELDS = frozenset({"model", "messages", "tools", "tool_choice", "stream", "n"})
+# The documented replacement of a sampling field an endpoint refuses (OpenAI's reasoning models
+# take `max_completion_tokens`, never `max_tokens`).
+REPLACEMENTS = {"max_tokens": "max_completion_tokens"}
+
+
+def refused_field(error: dict | str | None, sent: dict) -> str | None:
+    """The sampling field of `sent` an error names: its `param`, else the first quoted name
+    in its message that is one (\"Unsupported parameter: 'max_tokens' ...\")."""
+    param = error.get("param") if isinstance(error, dict) else None
+    text = str(error.get("message", "") if isinstance(error, dict) else error or "")
+    for name in [param, *re.findall(r"['\"`](\w+)['\"`]", text)]:
+        if name in sent:
+            return name
+    return None
+
+
+def _first_line(error) -> str:
+    text = str(error.get("message", error) if isinstance(error, dict) else error)
+    return text.splitlines()[0][:160] if text else "no message"
 
 
 class _Unreadable(Exception):
     pass
 
 
-def _message(exc) -> str:
+def _error(exc) -> dict | str:
+    """An error response's `error` object (or its text, for a server that sends no JSON)."""
     try:
-        error = exc.response.json().get("error")
-        return str(error.get("message", error) if isinstance(error, dict) else error)[:300]
+        error = exc.response.json()
+        return error.get("error", error) if isinstance(error, dict) else str(error)
     except Exception:
-        return exc.response.text[:300]
+        return exc.response.text
+
+
+def _message(exc) -> str:
+    error = _error(exc)
+    return str(error.get("message", error) if isinstance(error, dict) else error)[:300]
 
 
 def _explain(status: int, exc) -> str:
@@ -281,7 +408,8 @@ class ModelPolicy(Policy):
     def reset(self, brief: Brief) -> None:
         super().reset(brief)
         self.counts = {"requests": 0, "replayed": 0, "retries": 0, "invalid_turns": 0,
-                       "tokens_in": 0, "tokens_out": 0}
+                       "tokens_in": 0, "tokens_out": 0, "tokens_reasoning": 0,
+                       "tokens_cached": 0}
         self.status = "ok"
         self._sent = 0  # messages already sent in an earlier request
         self._rng = random.Random(brief.seed)
@@ -295,8 +423,7 @@ class ModelPolicy(Policy):
         while True:
             message = self._chat(messages)
             calls = message.get("tool_calls") or []
-            messages.append({"role": "assistant", "content": message.get("content"),
-                             **({"tool_calls": calls} if calls else {})})
+            messages.append(returned(message))
             if not calls:
                 self._invalid_turn()
                 messages.append({"role": "user", "content": REMINDER})
@@ -339,7 +466,8 @@ class ModelPolicy(Policy):
         if c.max_total_tokens is not None and (
                 self.counts["tokens_in"] + self.counts["tokens_out"] >= c.max_total_tokens):
             self._give_up("token_cap")
-        params = {"model": c.model, "temperature": c.temperature, "max_tokens": c.max_tokens}
+        params = {"model": c.model, **(self.endpoint.params if self.endpoint is not None
+                                       else c.request_params())}
         request = {**params, "messages": messages, "tools": chat_tools(), "tool_choice": "auto"}
         sha = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
         turn = self.counts["requests"]
@@ -349,12 +477,13 @@ class ModelPolicy(Policy):
         else:
             if self.endpoint is None:
                 self.endpoint = Endpoint(c)
-            body, latency, attempts, errors = self.endpoint.complete(request, self._rng)
-            usage = body.get("usage") or {}
+            try:
+                body, latency, attempts, errors = self.endpoint.complete(request, self._rng)
+            except ContextOverflow:
+                self._give_up("context_overflow")
             line = {"turn": turn, "request_sha": sha, "new_messages": messages[self._sent:],
                     "params": params, "response": body,
-                    "usage": {"prompt_tokens": int(usage.get("prompt_tokens") or 0),
-                              "completion_tokens": int(usage.get("completion_tokens") or 0)},
+                    "usage": usage_of(body),
                     "latency_s": round(latency, 4), "attempts": attempts, "errors": errors,
                     "served_model": body.get("model")}
             if self.transcript is not None:
@@ -364,7 +493,40 @@ class ModelPolicy(Policy):
         self.counts["retries"] += line["attempts"] - 1
         self.counts["tokens_in"] += line["usage"]["prompt_tokens"]
         self.counts["tokens_out"] += line["usage"]["completion_tokens"]
+        self.counts["tokens_reasoning"] += line["usage"].get("reasoning_tokens", 0)
+        self.counts["tokens_cached"] += line["usage"].get("cached_tokens", 0)
         return line["response"]["choices"][0]["message"]
+
+
+# Fields of an assistant message a provider documents as output only, never sent back:
+# OpenAI's `annotations` (citations of its own tools), DeepSeek's `reasoning_content` (its API
+# answers 400 to a request that carries it). Every other field goes back as the provider sent
+# it: tool calls with their `extra_content` (Gemini's thought signatures, which it requires
+# back), `reasoning_details` (OpenRouter's), `refusal`.
+OUTPUT_ONLY = frozenset({"annotations", "reasoning_content"})
+
+
+def returned(message: dict) -> dict:
+    """The assistant message as the next request carries it: as the provider sent it, less
+    `OUTPUT_ONLY` and an empty `tool_calls`."""
+    back = {key: value for key, value in message.items()
+            if key not in OUTPUT_ONLY and not (key == "tool_calls" and not value)}
+    return {**back, "role": "assistant", "content": message.get("content")}
+
+
+def usage_of(body: dict) -> dict:
+    """A response's token counts: prompt and completion tokens, and the reasoning and cached
+    tokens among them where the server reports them (`completion_tokens_details`,
+    `prompt_tokens_details`)."""
+    usage = body.get("usage") or {}
+    counts = {"prompt_tokens": int(usage.get("prompt_tokens") or 0),
+              "completion_tokens": int(usage.get("completion_tokens") or 0)}
+    for key, details in (("reasoning_tokens", "completion_tokens_details"),
+                         ("cached_tokens", "prompt_tokens_details")):
+        value = (usage.get(details) or {}).get(key)
+        if value:
+            counts[key] = int(value)
+    return counts
 
 
 def _parse_call(call: dict) -> tuple[str, dict]:

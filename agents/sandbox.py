@@ -11,15 +11,23 @@ Python (docs/trust.md):
    filesystem read-only and made of only what the policy needs (the interpreter and its
    site-packages, the repository's `agents/` and `finality_gym/`, the policy's own file or
    package); no `$HOME`, no results folder; the grader's environment never passed.
-2. Every case (`isolate_case`, called in the fork that plays it) gets its own user, pid and
-   mount namespaces: a private empty scratch folder (`/scratch`, its `$TMPDIR` and `$HOME`;
-   `/tmp` is read-only) and `/dev/shm` that vanish with it, and no `/proc`
-   (no view, and no pid to name, of the host it was forked from); then no capability, and a
-   seccomp filter: no new process (only threads), no System V or POSIX message-queue IPC
-   object (they outlive processes), no keyring, no ptrace; and resource limits (address space,
-   file size, CPU time, open files). Nothing a case writes or starts outlives it, and it can
+2. The process the cases are forked from (the host's zygote) enters, once, a user and mount
+   namespace of its own with `/proc` hidden (`isolate_worker`). Every case (`isolate_case`,
+   called in the fork that plays it) then gets its own pid namespace (it is pid 1 and can name
+   no other process: not the process it was forked from, not the host), no capability, a
+   seccomp filter (no new process, only threads; no System V or POSIX message-queue IPC object,
+   which outlive processes; no keyring, no ptrace, no mount) and resource limits (address
+   space, file size, CPU time, open files). Its writable places are the scratch folder
+   (`/scratch`, its `$TMPDIR` and `$HOME`) and `/dev/shm`, both size-capped tmpfs that the host
+   empties after every case, before the next is forked (`wipe`); everything else, `/tmp` and
+   `/dev` included, is read-only. Nothing a case writes or starts outlives it, and it can
    signal no process but itself. (Its sockets die with it: the network namespace of the
    policy's process, which has no route out, is enough.)
+
+   Why not fresh user and mount namespaces per case, as before: they cost 5 ms a case here,
+   and the seccomp filter built per case another 6 (Python touching its pages in a fresh
+   fork); the namespaces and the filter are now made once, and a case pays for its pid
+   namespace and one more fork only (`benchmarks/outside_policy.py`).
 
 `unavailable()` says what is missing where the sandbox cannot start (no `bwrap`, user
 namespaces disabled); `self_test()` proves it from inside before the first case.
@@ -102,12 +110,39 @@ def command(argv: list[str], shown: dict[str, str], env: dict[str, str]) -> list
         args += ["--ro-bind", str(ROOT / code), str(ROOT / code)]
     for outside, inside in shown.items():
         args += ["--ro-bind", outside, inside]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SCRATCH, "--tmpfs", "/dev/shm",
-             "--remount-ro", "/", "--chdir", "/", "--clearenv"]
+    size = ["--size", str(FILE_MB << 20)] if _sizes_tmpfs() else []
+    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", SCRATCH, *size, "--tmpfs",
+             "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/",
+             "--clearenv"]
     for key, value in {**env, "TMPDIR": SCRATCH, "HOME": SCRATCH,
                        "FINALITY_SANDBOX": "1"}.items():
         args += ["--setenv", key, value]
     return [*args, "--", *argv]
+
+
+@lru_cache(maxsize=1)
+def _sizes_tmpfs() -> bool:
+    """Whether this bwrap caps a tmpfs's size (`--size`, bubblewrap 0.8 and later)."""
+    shown = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], capture_output=True,
+                           text=True)
+    return "--size" in shown.stdout + shown.stderr
+
+
+def wipe() -> None:
+    """Empty the places a case may write (the scratch folder, /dev/shm), after it ended and
+    before the next is forked: no process of the ended case is left to write there (a case
+    starts none), and nothing it wrote is read, only removed. Most cases write nothing; what
+    one left is removed by `rm` (which handles any depth), its permissions given back first (a
+    case may have taken its own write permission away from a folder)."""
+    for place in (SCRATCH, "/dev/shm"):
+        with os.scandir(place) as found:
+            left = [entry.path for entry in found]
+        if not left:
+            continue
+        subprocess.run(["chmod", "-R", "u+rwx", *left], capture_output=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", *left], capture_output=True)
+        if os.listdir(place):
+            raise OSError(f"sandbox: could not empty {place} after a case")
 
 
 def shown_for(target: str, source: Path) -> tuple[dict[str, str], str, str, list[str],
@@ -166,17 +201,22 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"sandbox: {what}: {os.strerror(errno)}")
 
 
-def isolate_case() -> None:
-    """Called in the fork that will play a case, before the policy's code is imported: from
-    here on this process is pid 1 of namespaces of its own (its parent waits for it and exits
-    with its status), with a private scratch folder ($TMPDIR) and /dev/shm, no /proc, no capability, the seccomp
-    filter and the limits. Returns in that process; never in the parent."""
+_PREPARED: dict = {}  # what isolate_worker made once, for every case forked after it
+
+
+def isolate_worker() -> None:
+    """Called once in the process the cases are forked from (the host's zygote, after the
+    policy's import; single-threaded): a user and mount namespace of its own (the same user
+    inside as outside: the host is never root, whose mapping would need CAP_SETFCAP), /proc
+    hidden, the capability bounding set emptied, and every case's seccomp filter and limits
+    built, so that a case pays only for what must be its own."""
     if platform.machine() not in _NUMBERS:
         raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
+    if _PREPARED:
+        return
+    import resource
     uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
-    # the same user inside as outside: the host is never root, whose mapping would need
-    # CAP_SETFCAP
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{CASE_ID} {uid} 1"),
                        ("gid_map", f"{CASE_ID} {gid} 1")):
         fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
@@ -184,45 +224,53 @@ def isolate_case() -> None:
             os.write(fd, text.encode())
         finally:
             os.close(fd)
+    _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
+    _check(_libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV,
+                       b"size=4k"), "hiding /proc")
+    PR_CAPBSET_DROP = 24
+    for cap in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last one: nothing to drop
+    given = limits()
+    program = seccomp_program(platform.machine())
+    filters = (ctypes.c_ubyte * (8 * len(program)))(
+        *b"".join(struct.pack("HBBI", *ins) for ins in program))
+    _PREPARED.update(
+        filters=filters,  # kept alive: the program below points into it
+        program=struct.pack("HxxxxxxP", len(program), ctypes.addressof(filters)),
+        limits=[(resource.RLIMIT_AS, given["memory_mb"] << 20),
+                (resource.RLIMIT_FSIZE, given["file_mb"] << 20),
+                (resource.RLIMIT_CPU, given["cpu_s"]),
+                (resource.RLIMIT_NOFILE, given["open_files"]), (resource.RLIMIT_CORE, 0)],
+        setrlimit=resource.setrlimit,
+        capabilities=(struct.pack("Ii", 0x20080522, 0), bytes(24)))  # v3, this process: none
+
+
+def isolate_case() -> None:
+    """Called in the fork that will play a case, before it reads its brief: from here on this
+    process is pid 1 of a pid namespace of its own (its parent waits for it and exits with its
+    status), in /scratch, with no capability, the seccomp filter and the limits. Returns in
+    that process; never in the parent. A process that did not run `isolate_worker` runs it
+    first (the self-test's probe)."""
+    isolate_worker()
+    _check(_libc.unshare(CLONE_NEWPID), "unshare")
     pid = os.fork()  # the first child in a new pid namespace is its pid 1
     if pid:
         _, status = os.waitpid(pid, 0)
         if os.WIFSIGNALED(status):  # end as it ended, for the host to say
             os.kill(os.getpid(), os.WTERMSIG(status))
         os._exit(os.waitstatus_to_exitcode(status))
-    _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
-    size = f"size={FILE_MB}m,mode=1777".encode()
-    for path in (SCRATCH.encode(), b"/dev/shm"):
-        _check(_libc.mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, size), "tmpfs")
-    _check(_libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV,
-                       b"size=4k"), "hiding /proc")
     os.chdir(SCRATCH)
-    _limit()
-    _drop_capabilities()
-    _seccomp()
-
-
-def _limit() -> None:
-    import resource
-    given = limits()
-    for which, value in ((resource.RLIMIT_AS, given["memory_mb"] << 20),
-                         (resource.RLIMIT_FSIZE, given["file_mb"] << 20),
-                         (resource.RLIMIT_CPU, given["cpu_s"]),
-                         (resource.RLIMIT_NOFILE, given["open_files"]),
-                         (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(which, (value, value))
-
-
-def _drop_capabilities() -> None:
-    PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
-    PR_SET_NO_NEW_PRIVS = 38
-    for cap in range(64):
-        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last one: nothing to drop
+    prepared = _PREPARED
+    for which, value in prepared["limits"]:
+        prepared["setrlimit"](which, (value, value))
+    PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_SET_NO_NEW_PRIVS = 47, 4, 38
+    PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
     _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    data = bytes(24)                            # effective, permitted, inheritable: none
-    _check(_libc.syscall(_SYSCALLS["capset"], header, data), "dropping capabilities")
+    _check(_libc.syscall(_SYSCALLS["capset"], *prepared["capabilities"]),
+           "dropping capabilities")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prepared["program"], 0, 0),
+           "seccomp")
 
 
 # The system calls a case may not make (numbers per architecture). Processes: only threads
@@ -265,15 +313,6 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
                 (jeq, 0, 4, numbers["clone"]), (ld, 0, 0, 16),  # clone's flags (low word)
                 (jset, 0, 1, CLONE_THREAD), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
     return program + [(ret, 0, 0, allow)]
-
-
-def _seccomp() -> None:
-    program = seccomp_program(platform.machine())
-    filters = (ctypes.c_ubyte * (8 * len(program)))(
-        *b"".join(struct.pack("HBBI", *ins) for ins in program))
-    fprog = struct.pack("HxxxxxxP", len(program), ctypes.addressof(filters))
-    PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0), "seccomp")
 
 
 # ---------------------------------------------------------------------------- self-test

@@ -8,6 +8,7 @@
     all        all of the above into one folder, with an index report
     model      a language model behind a Chat Completions endpoint, acting through tool calls
     show       one episode of one policy, drawn as a timeline PNG
+    baselines  the learned baselines of the sweeps given, one table (into the README)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from finality_gym.corpus import PRIVATE
 
 from agents.model import ConfigurationError, ModelConfig
 
-from . import ablation, costs, headline, model_arm, plans, show, tuning
+from . import ablation, baselines, costs, headline, model_arm, plans, show, tuning
 from .headline import HEADLINE
 from .grader import BACKENDS, Incomplete
 
@@ -66,6 +67,14 @@ def run_all(out: Path, workers: int, progress: bool, backend: str) -> None:
         f"{pln['tasks_where_a_plan_beats_the_reference']} of {len(pln['tasks'])} tasks.", ""]
     (out / "index.md").write_text("\n".join(lines))
     print(f"wrote {out}/index.md in {time.perf_counter() - started:.1f} s")
+
+
+def _param(text: str) -> tuple[str, str]:
+    """`--param KEY=JSON` as (KEY, JSON); ModelConfig checks the value."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--param {text}: expected KEY=JSON, e.g. reasoning_effort='\"low\"'")
+    return key, value
 
 
 def master_seed(args: argparse.Namespace) -> int | None:
@@ -132,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                                       "test; the headline itself is the whole split)")
     show.add_arguments(sub.add_parser("show", help="one episode of one policy, drawn as a "
                                       "timeline PNG"))
+    baselines.add_arguments(sub.add_parser(
+        "baselines", help="the learned baselines of the sweeps given, one table (into the "
+                          "README)"))
     m = parsers["model"]
     m.add_argument("--model", required=True, help="the model's name at the endpoint")
     m.add_argument("--base-url", required=True,
@@ -145,13 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
     m.add_argument("--concurrency", type=int, default=1, help="episodes in flight (threads)")
     m.add_argument("--temperature", type=float, default=0.0)
+    m.add_argument("--param", action="append", default=[], metavar="KEY=JSON",
+                   help="one more request field, repeatable: reasoning_effort='\"low\"', "
+                        "top_p=0.9, seed=7 (pinned in run.json)")
+    m.add_argument("--no-param", action="append", default=[], metavar="KEY",
+                   help="a field never sent, repeatable: temperature, max_tokens (pinned)")
     m.add_argument("--max-tokens", type=int, default=1024, help="per response")
     m.add_argument("--max-total-tokens", type=int, default=None,
                    help="per episode; reaching it lapses the case (agent_status token_cap)")
     m.add_argument("--timeout", type=float, default=120.0, help="seconds per request attempt")
     m.add_argument("--max-retries", type=int, default=6, help="per request, for transient errors")
     args = parser.parse_args(argv)
-    progress = not args.no_progress
+    progress = not getattr(args, "no_progress", False)
     started = time.perf_counter()
     try:
         if getattr(args, "backend", "local") == "ray":  # Ray missing: say so before any output
@@ -164,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                          sandbox=args.sandbox == "on", tasks=args.tasks)
         elif args.command == "show":
             return show.main(args)
+        elif args.command == "baselines":
+            return baselines.main(args)
         elif args.command == "all":
             run_all(args.out, args.workers, progress, args.backend)
         elif args.command == "plans":
@@ -173,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                                  api_key_env=args.api_key_env, temperature=args.temperature,
                                  max_tokens=args.max_tokens,
                                  max_total_tokens=args.max_total_tokens, timeout_s=args.timeout,
+                                 params=tuple(_param(text) for text in args.param),
+                                 no_params=tuple(args.no_param),
                                  max_retries=args.max_retries)
             model_arm.run(args.out, config, split=args.split, subset=args.subset,
                           seeds=args.seeds, probe=args.probe, concurrency=args.concurrency,

@@ -8,6 +8,7 @@ A run folder holds `run.json` (the manifest: the split, tasks, seeds, probe arm,
 sampling settings and caps, the hashes of the system prompt and of the tool table; a re-run
 under any other one is refused), `episodes.jsonl` (the model's graded rows: the headline's
 fields plus `requests`, `replayed`, `retries`, `invalid_turns`, `tokens_in`, `tokens_out`,
+`tokens_reasoning` and `tokens_cached` (where the server reports them, else 0),
 `agent_status`), `transcripts/TASK__seedS.jsonl` (every request and response), `scripted/` (the
 scripted policies' grading on the same tasks), and once every episode is graded,
 `summary.json`, `report.md` and `model_arm.png`.
@@ -77,15 +78,29 @@ def run_config(config: ModelConfig, split: str, subset: str, seeds: int, probe: 
                      probe=probe, tasks=tasks)
 
 
-def manifest_fields(config: ModelConfig) -> dict:
+def manifest_fields(config: ModelConfig, sent: dict | None = None,
+                    learned: list[str] | None = None) -> dict:
     """What the run pins of the model (a resume under any other is refused): the model, its
-    sampling settings and caps, and the hashes of the system prompt and the tool table; not the
-    endpoint, the key's variable or the retry schedule, which decide no row."""
+    sampling settings and caps (`--param`, `--no-param` included), exactly what every request
+    carried besides the conversation (`sent`: the preflight's adaptation of them, `learned`:
+    why), and the hashes of the system prompt and the tool table; not the endpoint, the key's
+    variable or the retry schedule, which decide no row."""
     data = asdict(config)
     for name in ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s",
                  "backoff_max_s"):
         del data[name]
-    return {**data, "prompt_sha": prompt_hash(), "tools_sha": tools_hash()}
+    data["params"] = {key: json.loads(text) for key, text in config.params}
+    data["no_params"] = list(config.no_params)
+    return {**data, "sent": config.request_params() if sent is None else sent,
+            "learned": learned or [], "prompt_sha": prompt_hash(), "tools_sha": tools_hash()}
+
+
+def pinned_model(out: Path) -> dict | None:
+    """The model fields a run folder pinned, if it has a manifest."""
+    try:
+        return json.loads((out / "run.json").read_text()).get("model")
+    except (OSError, ValueError):
+        return None
 
 
 def read_transcript(path: Path) -> list[dict]:
@@ -149,6 +164,10 @@ def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int 
     done = {(r["task_id"], r["seed"]) for r in read_rows(path)} if path.exists() else set()
     if any(case not in done for case in rc.cases()):
         endpoint.append(_preflight(config))
+        fields = manifest_fields(config, endpoint[0].params, endpoint[0].learned)
+    else:  # nothing to ask the endpoint: what was sent is what the folder pinned
+        pinned = pinned_model(out) or {}
+        fields = manifest_fields(config, pinned.get("sent"), pinned.get("learned"))
 
     def policy(spec: str, task_id: str, seed: int) -> ModelPolicy:
         transcript = Transcript(out / "transcripts" / f"{task_id}__seed{seed}.jsonl")
@@ -156,13 +175,15 @@ def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int 
 
     return grade(rc, out, progress=progress, desc="model",
                  backend=Threads(policy, concurrency, InfrastructureError),
-                 manifest={"model": manifest_fields(config)})
+                 manifest={"model": fields})
 
 
 def _preflight(config: ModelConfig) -> Endpoint:
     endpoint = Endpoint(config)
     served = endpoint.preflight()
     print(f"model {config.model} (served as {served}) at {config.base_url}", flush=True)
+    for line in endpoint.learned:
+        print(f"  the endpoint's terms: {line}", flush=True)
     return endpoint
 
 
@@ -176,6 +197,8 @@ def arm_figures(rows: list[dict]) -> dict:
     if "tokens_in" in rows[0]:
         figures["tokens_in_per_episode"] = round(float(np.mean([r["tokens_in"] for r in rows])), 1)
         figures["tokens_out_per_episode"] = round(float(np.mean([r["tokens_out"] for r in rows])), 1)
+        for key in ("tokens_reasoning", "tokens_cached"):  # rows from before these were kept
+            figures[f"{key}_per_episode"] = round(float(np.mean([r.get(key, 0) for r in rows])), 1)
         figures["requests_per_episode"] = round(float(np.mean([r["requests"] for r in rows])), 2)
         figures["retries"] = int(sum(r["retries"] for r in rows))
         figures["invalid_turns"] = int(sum(r["invalid_turns"] for r in rows))
@@ -211,7 +234,7 @@ def run(out: Path, config: ModelConfig, split: str = "public", subset: str = "st
     summary["model"] = {"name": config.model, "base_url": config.base_url,
                         "served_as": sorted({r["served_model"] for r in _transcript_lines(out)
                                              if r.get("served_model")}),
-                        **manifest_fields(config)}
+                        **(pinned_model(out) or manifest_fields(config))}
     by = {p: [r for r in rows + scripted if r["policy"] == p] for p in policies}
     summary["model_arm"] = {p: arm_figures(by[p]) for p in policies}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -244,14 +267,18 @@ def model_report(summary: dict) -> str:
     m = summary["model"]
     arm = summary["model_arm"][f"model:{m['name']}"]
     lines = [f"# Model arm: {m['name']}", "",
-             f"Served as {', '.join(m['served_as']) or '?'} at `{m['base_url']}`; temperature "
-             f"{m['temperature']}, max tokens per response {m['max_tokens']}, system prompt "
-             f"`{m['prompt_sha']}`, tools `{m['tools_sha']}`. Probe arm `{summary['probe']}`. "
-             f"The scripted policies are graded on exactly the episodes the model was.", "",
+             f"Served as {', '.join(m['served_as']) or '?'} at `{m['base_url']}`; every request "
+             f"carried `{json.dumps(m.get('sent', {}), sort_keys=True)}` besides the "
+             f"conversation, system prompt `{m['prompt_sha']}`, tools `{m['tools_sha']}`. Probe "
+             f"arm `{summary['probe']}`. The scripted policies are graded on exactly the "
+             f"episodes the model was.", "",
+             *[f"- The endpoint's terms, learned at preflight: {line}." for line in
+               m.get("learned", [])], *([""] if m.get("learned") else []),
              model_table(summary), "",
              f"Per episode: {arm['requests_per_episode']} requests, "
-             f"{arm['tokens_in_per_episode']:,} tokens in, {arm['tokens_out_per_episode']:,} "
-             f"out; {arm['retries']} retried requests and {arm['invalid_turns']} invalid turns in "
+             f"{arm['tokens_in_per_episode']:,} tokens in ({arm['tokens_cached_per_episode']:,} "
+             f"cached), {arm['tokens_out_per_episode']:,} out ("
+             f"{arm['tokens_reasoning_per_episode']:,} reasoning); {arm['retries']} retried requests and {arm['invalid_turns']} invalid turns in "
              f"all; agent status {arm['agent_status']}.", ""]
     return "\n".join(lines) + "\n" + report_markdown(summary, "All statistics")
 

@@ -30,6 +30,19 @@ Hooks, both optional:
   call, or a call that reaches the horizon: the scripted policy knows the clock and the budget);
   otherwise the right call goes out alone.
 
+Provider behaviours, optional: `reasoning=True` answers as an OpenAI reasoning model does
+(`max_tokens` refused with 400 `unsupported_parameter`, naming `max_completion_tokens`; a
+`temperature` but 1 refused with 400 `unsupported_value`; usage with
+`completion_tokens_details.reasoning_tokens` and `prompt_tokens_details.cached_tokens`);
+`signatures=True` as Gemini's OpenAI-compatible endpoint does (each tool call carries
+`extra_content.google.thought_signature`, and a later request whose history lacks one, or
+alters it, is a 400).
+
+A context window, optional: `context_tokens=N` refuses a request whose messages (4 characters a
+token) and `max_tokens` (or `max_completion_tokens`) together exceed N, the way a real server
+says it (`overflow`, one of `OVERFLOW_STYLES`): OpenAI's 400 `context_length_exceeded`, vLLM's
+and llama.cpp's 400s, Anthropic's compatibility layer's, or a gateway's 413.
+
 Counters (thread-safe): `requests` (chat POSTs), `preflights`, `turns` (= requests - preflights).
 `errors` lists the unexpected exceptions the handler met (answered as 500s): a test can assert
 it is empty.
@@ -37,6 +50,8 @@ it is empty.
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import json
 import socket
 import socketserver
@@ -54,7 +69,9 @@ from finality_gym.episode import check_call
 from finality_gym.world import DISPOSITIONS
 
 FAULT_KINDS = ("status", "drop", "garbage", "stall")
+OVERFLOW_STYLES = ("openai", "vllm", "llamacpp", "anthropic", "413")
 GARBAGE = b'{"choices": [ this is not json'
+WAIT_ONLY = ("string_int", "float_int", "empty_args_for_wait", "empty_object_for_wait")
 MISBEHAVIOURS = ("unknown_tool", "bad_json", "text_only", "wrong_args", "string_int", "float_int",
                  "empty_args_for_wait", "empty_object_for_wait", "trailing_call",
                  "invalid_then_call")
@@ -124,14 +141,21 @@ class ChatServer:
     def __init__(self, policy: str = "finality_gate", *, api_key: str = "test-key",
                  models: tuple[str, ...] = ("scripted-model",),
                  faults: Callable[[int, dict], Fault | None] | None = None,
-                 misbehave: Callable[[int, tuple], str | None] | None = None):
+                 misbehave: Callable[[int, tuple], str | None] | None = None,
+                 context_tokens: int | None = None, overflow: str = "openai",
+                 reasoning: bool = False, signatures: bool = False):
         make_policy(policy)  # an unknown spec fails here, not in the handler
+        if overflow not in OVERFLOW_STYLES:
+            raise ValueError(f"overflow must be one of {OVERFLOW_STYLES}, got {overflow!r}")
+        self.context_tokens, self.overflow = context_tokens, overflow
+        self.reasoning, self.signatures = reasoning, signatures
         self.policy = policy
         self.api_key = api_key
         self.models = tuple(models)
         self.faults = faults
         self.misbehave = misbehave
         self.errors: list[str] = []
+        self.sent: collections.Counter = collections.Counter()  # misbehaviours sent, by kind
         self._lock = threading.Lock()
         self._requests = 0
         self._preflights = 0
@@ -208,8 +232,14 @@ class ChatServer:
         if model not in self.models:
             raise _HTTPError(404, f"The model `{model}` does not exist",
                              code="model_not_found", param="model")
+        if self.reasoning:
+            _reasoning_terms(body)
         messages = body.get("messages")
         _validate(messages)
+        if self.signatures:
+            _check_signatures(messages)
+        if self.context_tokens is not None:
+            _fits(messages, body, self.context_tokens, self.overflow)
         if _is_preflight(messages):
             return self._reply(n, model, messages, "ready", [])
         tools = body.get("tools")
@@ -223,6 +253,9 @@ class ChatServer:
         if kind == "trailing_call" and not _ends_case(policy, call):
             kind = None
         content, calls = _emit(turn, call, kind)
+        if kind is not None and (kind not in WAIT_ONLY or call[0] == "wait"):
+            with self._lock:
+                self.sent[kind] += 1
         return self._reply(n, model, messages, content, calls)
 
     def _replay(self, messages: list) -> tuple[int, tuple | None, object]:
@@ -268,15 +301,24 @@ class ChatServer:
                calls: list) -> dict:
         message = {"role": "assistant", "content": content}
         if calls:
+            if self.signatures:
+                calls = [{**c, "extra_content": {"google": {"thought_signature":
+                                                            _signature(c["id"])}}}
+                         for c in calls]
             message["tool_calls"] = calls
         prompt = len(json.dumps(messages)) // 4
         completion = len(json.dumps(message)) // 4
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion}
+        if self.reasoning:  # a fixed share of each, so that a test can compute the sums
+            usage["completion_tokens_details"] = {"reasoning_tokens": REASONING_TOKENS}
+            usage["prompt_tokens_details"] = {"cached_tokens": prompt // 2}
+            usage["completion_tokens"] += REASONING_TOKENS
         return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
                 "model": model,
                 "choices": [{"index": 0, "message": message,
                              "finish_reason": "tool_calls" if calls else "stop"}],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                          "total_tokens": prompt + completion}}
+                "usage": usage}
 
     def _models(self, authorization: str | None) -> dict:
         if authorization != f"Bearer {self.api_key}":
@@ -287,6 +329,64 @@ class ChatServer:
 
 
 # --------------------------------------------------------------------- conversation helpers
+REASONING_TOKENS = 7  # per reply of a reasoning model
+
+
+def _reasoning_terms(body: dict) -> None:
+    """An OpenAI reasoning model's refusals, in its words."""
+    if "max_tokens" in body:
+        raise _HTTPError(400, "Unsupported parameter: 'max_tokens' is not supported with this "
+                              "model. Use 'max_completion_tokens' instead.",
+                         code="unsupported_parameter", param="max_tokens")
+    if body.get("temperature", 1) != 1:
+        raise _HTTPError(400, f"Unsupported value: 'temperature' does not support "
+                              f"{body['temperature']} with this model. Only the default (1) "
+                              "value is supported.", code="unsupported_value",
+                         param="temperature")
+
+
+def _signature(call_id: str) -> str:
+    return "sig-" + hashlib.sha256(call_id.encode()).hexdigest()[:24]
+
+
+def _check_signatures(messages: list) -> None:
+    """Gemini's rule: every tool call of the history comes back with its thought signature."""
+    for i, m in enumerate(messages):
+        for tc in m.get("tool_calls") or [] if m.get("role") == "assistant" else []:
+            extra = tc.get("extra_content") if isinstance(tc, dict) else None
+            got = ((extra or {}).get("google") or {}).get("thought_signature")
+            if got != _signature(tc.get("id", "")):
+                raise _HTTPError(400, f"Function call is missing a thought_signature in "
+                                      f"functionCall parts (messages[{i}], call "
+                                      f"{tc.get('id')!r}). This is required for tools to work "
+                                      "correctly.", type_="INVALID_ARGUMENT")
+
+
+def _fits(messages: list, body: dict, window: int, style: str) -> None:
+    """Refuse a request that does not fit a `window`-token context, as `style`'s server does."""
+    given = len(json.dumps(messages)) // 4
+    wanted = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+    if given + wanted <= window:
+        return
+    if style == "413":
+        raise _HTTPError(413, "Request Entity Too Large", type_="request_too_large")
+    if style == "openai":
+        raise _HTTPError(400, f"This model's maximum context length is {window} tokens. However, "
+                              f"your messages resulted in {given + wanted} tokens. Please reduce "
+                              "the length of the messages.", code="context_length_exceeded",
+                         param="messages")
+    if style == "vllm":
+        raise _HTTPError(400, f"This model's maximum context length is {window} tokens. However, "
+                              f"you requested {given + wanted} tokens ({given} in the messages, "
+                              f"{wanted} in the completion). Please reduce the length of the "
+                              "messages or completion.", type_="BadRequestError")
+    if style == "llamacpp":
+        raise _HTTPError(400, f"request ({given + wanted} tokens) exceeds the available context "
+                              f"size ({window} tokens), try increasing it",
+                         type_="exceed_context_size_error")
+    raise _HTTPError(400, f"prompt is too long: {given + wanted} tokens > {window} maximum")
+
+
 def _is_preflight(messages) -> bool:
     return isinstance(messages, list) and any(
         isinstance(m, dict) and m.get("role") == "user" and m.get("content") == PREFLIGHT

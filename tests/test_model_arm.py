@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from agents import brief_for, make_policy, run_episode
-from agents.model import ModelConfig, ModelPolicy
+import openai
+
+from agents.model import (ConfigurationError, Endpoint, ModelConfig, ModelPolicy, brief_message,
+                          returned, system_prompt)
+from finality_gym.tools import chat_tools
 from eval.model_arm import Transcript, read_transcript
 from eval import model_arm
 from eval.__main__ import EXIT_INCOMPLETE, main
@@ -20,7 +24,7 @@ from eval.runfolder import read_rows
 from finality_gym import PROBE_ARMS, load_corpus
 from finality_gym.episode import EpisodeRecord
 
-from chat_server import ChatServer, Fault
+from chat_server import OVERFLOW_STYLES, WAIT_ONLY, ChatServer, Fault
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD_FIELDS = [*EpisodeRecord._fields, "label"]
@@ -161,10 +165,16 @@ MALFORMED = ("unknown_tool", "bad_json", "text_only", "wrong_args", "string_int"
 
 @pytest.mark.parametrize("kind", MALFORMED + ("trailing_call",))
 def test_malformed_replies_are_answered_and_change_nothing(tmp_path, kind):
-    # every reply at an even turn misbehaves; the model gets the error and then acts right
+    # every reply at an even turn misbehaves (a wait-only kind: every wait's first reply); the
+    # model gets the error and then acts right
+    misbehaved = {"turn": -2}
+
     def misbehave(turn, call):
-        if kind in ("string_int", "float_int", "empty_args_for_wait", "empty_object_for_wait"):
-            return kind if call[0] == "wait" and turn % 2 == 0 else None
+        if kind in WAIT_ONLY:
+            if call[0] != "wait" or turn == misbehaved["turn"] + 1:  # the retry goes through
+                return None
+            misbehaved["turn"] = turn
+            return kind
         if kind == "trailing_call":
             return kind
         return kind if turn % 2 == 0 and turn < 8 else None
@@ -174,7 +184,8 @@ def test_malformed_replies_are_answered_and_change_nothing(tmp_path, kind):
     with ChatServer(policy="finality_gate", misbehave=misbehave) as server:
         for task_id, seed in task_seeds:
             task = corpus.task(task_id)
-            policy = ModelPolicy(config(server))
+            # a wait-only kind misbehaves at every wait: more invalid turns than the default cap
+            policy = ModelPolicy(config(server, max_invalid_turns=40))
             got = run_episode(policy, task, seed)
             want = run_episode(make_policy("finality_gate"), task, seed)
             assert got == want, (kind, task_id)
@@ -185,6 +196,7 @@ def test_malformed_replies_are_answered_and_change_nothing(tmp_path, kind):
             else:
                 assert stats["requests"] == want.calls_used + stats["invalid_turns"]
     assert server.turns > 0
+    assert server.sent[kind] > 0  # the kind was sent, not skipped
 
 
 def test_a_model_that_never_calls_a_tool_lapses_at_its_cap(tmp_path):
@@ -295,3 +307,151 @@ def test_no_server_stops_the_run_at_preflight_with_what_to_fix(tmp_path, capsys)
     assert code == 2
     assert "is the server running" in capsys.readouterr().err
     assert not (tmp_path / "episodes.jsonl").exists()
+
+
+@pytest.mark.parametrize("style", OVERFLOW_STYLES)
+def test_a_conversation_that_outgrows_the_context_lapses_its_case_and_the_run_goes_on(
+        tmp_path, style, capsys):
+    """Each server's way of saying it (OpenAI's, vLLM's, llama.cpp's, Anthropic's layer's, a
+    413): the long cases lapse as `context_overflow`, the short ones are graded as usual, and
+    the run ends complete (exit 0)."""
+    with ChatServer(policy="finality_gate", context_tokens=760, overflow=style) as server:
+        code = main(["model", "--model", "scripted-model", "--base-url", server.base_url,
+                     "--api-key-env", "TEST_KEY", "--max-tokens", "64", "--out",
+                     str(tmp_path)])
+    assert code == 0, capsys.readouterr().err
+    rows = read_rows(tmp_path / "episodes.jsonl")
+    statuses = {r["agent_status"] for r in rows}
+    assert len(rows) == len(model_arm.stratified_subset("public"))
+    assert statuses == {"ok", "context_overflow"}
+    assert all(r["lapsed"] for r in rows if r["agent_status"] == "context_overflow")
+
+
+def test_a_context_too_small_for_the_preflight_is_a_configuration_error(tmp_path, capsys):
+    with ChatServer(policy="finality_gate", context_tokens=100) as server:
+        code = main(["model", "--model", "scripted-model", "--base-url", server.base_url,
+                     "--api-key-env", "TEST_KEY", "--out", str(tmp_path)])
+        assert code == 2 and server.turns == 0
+    err = capsys.readouterr().err
+    assert "maximum context length is 100 tokens" in err
+    assert "does not fit the model's context" in err
+    assert not (tmp_path / "episodes.jsonl").exists()
+
+
+def _arm(server, out, *more) -> int:
+    return main(["model", "--model", "scripted-model", "--base-url", server.base_url,
+                 "--api-key-env", "TEST_KEY", "--out", str(out), *more])
+
+
+def test_a_reasoning_model_is_graded_with_the_fields_it_takes_and_that_is_pinned(
+        tmp_path, capsys):
+    """It refuses max_tokens (naming max_completion_tokens) and a temperature but 1: the
+    preflight learns both, every request carries what it took, run.json and the report say
+    so, and its reasoning and cached tokens are counted."""
+    with ChatServer(policy="finality_gate", reasoning=True) as server:
+        assert _arm(server, tmp_path, "--param", 'reasoning_effort="low"') == 0
+        requests = server.requests
+        out = capsys.readouterr().out
+    pinned = json.loads((tmp_path / "run.json").read_text())["model"]
+    assert pinned["sent"] == {"max_completion_tokens": 1024, "reasoning_effort": "low"}
+    assert pinned["params"] == {"reasoning_effort": "low"}
+    assert [line.split(" (")[0] for line in pinned["learned"]] == [
+        "max_tokens sent as max_completion_tokens", "temperature not sent"]
+    assert "Use 'max_completion_tokens' instead" in pinned["learned"][0]
+    assert "the endpoint's terms: temperature not sent" in out
+    lines = [line for path in sorted((tmp_path / "transcripts").glob("*.jsonl"))
+             for line in read_transcript(path)]
+    assert lines and all(line["params"] == {"model": "scripted-model", **pinned["sent"]}
+                         for line in lines)
+    rows = read_rows(tmp_path / "episodes.jsonl")
+    corpus = load_corpus("public")
+    for row in rows:  # the scripted model plays the gate: the gate's records
+        want = run_episode(make_policy("finality_gate"), corpus.task(row["task_id"]), 0)
+        assert (row["disposition"], row["gap"]) == (want.disposition, want.gap)
+        assert row["tokens_reasoning"] == 7 * row["requests"]
+        assert 0 < row["tokens_cached"] < row["tokens_in"]
+    report = (tmp_path / "report.md").read_text()
+    assert "learned at preflight: max_tokens sent as max_completion_tokens" in report
+    # a finished run re-run asks nothing; under another field it is refused
+    with ChatServer(policy="finality_gate", reasoning=True) as server:
+        assert _arm(server, tmp_path, "--param", 'reasoning_effort="low"') == 0
+        assert server.requests == 0
+        assert _arm(server, tmp_path, "--param", 'reasoning_effort="high"') == 2
+    assert "model" in capsys.readouterr().err
+    assert requests > len(rows)
+
+
+def test_no_param_keeps_a_field_out_of_every_request(tmp_path):
+    with ChatServer(policy="finality_gate", reasoning=True) as server:
+        assert _arm(server, tmp_path, "--no-param", "temperature", "--param",
+                    "max_completion_tokens=512", "--no-param", "max_tokens") == 0
+    pinned = json.loads((tmp_path / "run.json").read_text())["model"]
+    assert pinned["sent"] == {"max_completion_tokens": 512} and pinned["learned"] == []
+    assert pinned["no_params"] == ["temperature", "max_tokens"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--param", "model=\"x\""], "the harness sets model itself"),
+    (["--param", "seed=seven"], "the value is not JSON"),
+    (["--param", "seed"], "expected KEY=JSON"),
+    (["--param", "seed=1", "--no-param", "seed"], "each field once"),
+])
+def test_bad_params_are_refused_before_any_request(tmp_path, capsys, args, message):
+    with ChatServer(policy="finality_gate") as server:
+        assert _arm(server, tmp_path, *args) == 2
+        assert server.requests == 0
+    assert message in capsys.readouterr().err
+
+
+def test_a_field_the_endpoint_refuses_outside_the_preflight_stays_a_configuration_error():
+    """Only the preflight learns: a refusal it cannot map to a sampling field it sent stops the
+    run as before (here, an unknown model)."""
+    with ChatServer(policy="finality_gate", reasoning=True) as server:
+        endpoint = Endpoint(ModelConfig(model="other", base_url=server.base_url,
+                                        api_key_env="TEST_KEY", **FAST))
+        with pytest.raises(ConfigurationError, match="does not exist"):
+            endpoint.preflight()
+        assert endpoint.learned == []
+
+
+def test_gemini_thought_signatures_go_back_with_their_tool_calls(tmp_path):
+    """The server refuses a history whose tool calls lack the signatures it gave them: the arm
+    plays every case as the gate does, so they came back."""
+    corpus = load_corpus("public")
+    with ChatServer(policy="finality_gate", signatures=True) as server:
+        for task_id in model_arm.stratified_subset("public")[::8]:
+            task = corpus.task(task_id)
+            got = run_episode(ModelPolicy(config(server)), task, 0)
+            assert got == run_episode(make_policy("finality_gate"), task, 0)
+        assert server.errors == [] and server.turns > 0
+        # the check is real: the same history with a signature removed is refused
+        client = openai.OpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        brief = brief_message(brief_for(corpus.task(task_id), 0, "full"))
+        messages = [{"role": "system", "content": system_prompt()},
+                    {"role": "user", "content": brief}]
+        first = client.chat.completions.create(model="scripted-model", messages=messages,
+                                               tools=chat_tools()).choices[0].message
+        call = first.model_dump(exclude_none=True)["tool_calls"][0]
+        assert call["extra_content"]["google"]["thought_signature"].startswith("sig-")
+        del call["extra_content"]
+        with pytest.raises(openai.BadRequestError, match="thought_signature"):
+            client.chat.completions.create(
+                model="scripted-model", tools=chat_tools(),
+                messages=messages + [{"role": "assistant", "content": None,
+                                      "tool_calls": [call]},
+                                     {"role": "tool", "tool_call_id": call["id"],
+                                      "content": "{}"}])
+
+
+def test_an_assistant_message_goes_back_as_sent_less_the_output_only_fields():
+    sent = {"role": "assistant", "content": None, "refusal": None,
+            "annotations": [{"type": "url_citation"}], "reasoning_content": "thinking...",
+            "reasoning_details": [{"type": "reasoning.encrypted", "data": "x"}],
+            "tool_calls": [{"id": "c1", "type": "function", "extra_content": {"google": {
+                "thought_signature": "s"}}, "function": {"name": "wait",
+                                                        "arguments": "{\"ticks\": 5}"}}]}
+    back = returned(sent)
+    assert back == {key: value for key, value in sent.items()
+                    if key not in ("annotations", "reasoning_content")}
+    assert returned({"role": "assistant", "content": "hi", "tool_calls": []}) == {
+        "role": "assistant", "content": "hi"}

@@ -314,6 +314,8 @@ class Attacks:
         self.places = {"tmp": Path("/tmp") / name, "shm": Path("/dev/shm") / name,
                        "home": base / "home" / f".{name}", "cwd": base / "cwd" / name,
                        "beside": base / "policy" / name}  # beside its file
+        if os.access("/dev", os.W_OK):  # root's: the sandbox's own /dev must not be writable
+            self.places["dev"] = Path("/dev") / name
 
     def grade(self) -> None:
         with listener() as (port, accepted):
@@ -332,8 +334,9 @@ class Attacks:
         the test's folder (this run's own, by name)."""
         for name, pids in self.pids.items():
             end_leftovers(pids, self.policy_file(name))
-        for place in ("tmp", "shm"):
-            self.places[place].unlink(missing_ok=True)
+        for place in ("tmp", "shm", "dev"):
+            if place in self.places:
+                self.places[place].unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")

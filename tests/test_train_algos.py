@@ -8,9 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 import finality_gym
 from agents import make_policy, run_episode
+from eval.provenance import FIELDS, describe
 from train.__main__ import main as train_cli
 from train.ppo import (ALGOS, HYPERPARAMETERS, TrainConfig, checkpoint_steps, latest_checkpoint,
                        make_envs, new_model)
@@ -78,7 +80,12 @@ def test_a_sweep_of_another_algorithm_writes_the_whole_layout_and_the_aggregate(
     record = run_episode(policy, finality_gym.load_corpus("public").tasks[3], 0)
     assert record.disposition in ("ship", "refund", "write_off", "escalate", "close")
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["seeds"] == [0, 1]
+    assert summary["seeds"] == [0, 1] and summary["algorithm"] == name
+    # every seed's machine, in the summary and the report's caption
+    machine = json.loads((out / "seed_0" / "result.json").read_text())["machines"][0]
+    assert summary["training"]["0"]["machines"] == [machine]
+    assert summary["machines"] == [describe(machine)]
+    assert f"Trained on: {describe(machine)}." in (out / "report.md").read_text()
     for split in summary["splits"].values():
         assert [row["seed"] for row in split["seeds"]] == [0, 1]
         a = split["across_seeds"]
@@ -107,6 +114,13 @@ def test_a_dqn_seed_killed_after_a_checkpoint_resumes_from_it(dqn_sweep, tmp_pat
     assert f"resuming {one / 'checkpoints' / 'dqn_1024_steps.zip'} at 1024 steps" in \
         capsys.readouterr().out
     assert result["resumed_from"] == 1024 and result["timesteps"] == 2048
+    # provenance: the first process's machine is kept, the resuming one's added with its step
+    first = json.loads((dqn_sweep / "seed_1" / "result.json").read_text())["machines"]
+    assert len(first) == 1 and first[0]["from_timesteps"] == 0
+    assert result["machines"][0] == first[0]
+    assert [m["from_timesteps"] for m in result["machines"]] == [0, 1024]
+    assert all(set(FIELDS) <= set(m) and m["torch"] == torch.__version__ and m["cores"] >= 1
+               for m in result["machines"])
     assert _validations(one) == [2, 1026, 2048]
     assert latest_checkpoint(one).name == "dqn_2048_steps.zip"
     graded = json.loads((one / "eval_regenerated" / "summary.json").read_text())

@@ -1,8 +1,8 @@
 """Red team, the operating system: leave files that later cases read.
 
 Every case looks for a marker an earlier case left, then leaves its own, in each of the places a
-process of this user can usually write: /tmp, /dev/shm, $HOME, the working directory, and the
-folder of its own file. A case that finds an earlier case's marker ships, one that does not
+process of this user can usually write: /tmp, /dev/shm, /dev (root's), $TMPDIR (the sandbox's
+scratch folder), $HOME, the working directory, and the folder of its own file. A case that finds an earlier case's marker ships, one that does not
 refunds: with any place persisting across cases, every case of a worker but the first ships (a
 policy that remembers can pair the two halves of a twin pair).
 
@@ -23,7 +23,14 @@ def places() -> dict[str, str]:
     """Where this case would leave its marker, by name of the place."""
     token = CONFIG.get("TOKEN", "default")
     name = f"finality-redteam-{token}"
-    found = {"tmp": os.path.join("/tmp", name), "shm": os.path.join("/dev/shm", name)}
+    found = {"tmp": os.path.join("/tmp", name), "shm": os.path.join("/dev/shm", name),
+             "dev": os.path.join("/dev", name)}
+    tmpdir = os.environ.get("TMPDIR")
+    if tmpdir and os.path.realpath(tmpdir) != "/tmp":
+        found["tmpdir"] = os.path.join(tmpdir, name)
+        # a folder whose owner took every permission away: a cleaner that does not give them
+        # back first cannot remove it
+        found["locked"] = os.path.join(tmpdir, name + "-locked")
     home = os.environ.get("HOME")
     if home:
         found["home"] = os.path.join(home, "." + name)
@@ -41,8 +48,12 @@ class Persist(Policy):
     def plan(self):
         marked = places()
         earlier = [place for place, path in marked.items() if os.path.exists(path)]
-        for path in marked.values():
+        for place, path in marked.items():
             try:
+                if place == "locked":  # a folder with a folder in it, then no permission
+                    os.makedirs(os.path.join(path, "deeper"), exist_ok=True)
+                    os.chmod(path, 0)
+                    continue
                 with open(path, "a") as f:
                     f.write(f"{os.getpid()}\n")
             except OSError:
