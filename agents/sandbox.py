@@ -1,5 +1,5 @@
 """The operating-system sandbox an outside policy runs in: bubblewrap around its process, and a
-fresh set of namespaces around every case.
+pid namespace, no capability, a seccomp filter and limits around every case.
 
 Two layers, because the grade must hold against code that attacks the machine, not only
 Python (docs/trust.md):
@@ -182,9 +182,12 @@ def layers() -> dict:
                        "capabilities dropped; read-only filesystem of the interpreter, the "
                        "repository's agents/ and finality_gym/, and the policy's own code; "
                        "a bare environment",
-            "case": "own user, pid and mount namespaces; private $TMPDIR (/scratch) and "
-                    "/dev/shm, /tmp read-only; no /proc; "
-                    "no new processes, System V or message-queue IPC, keyrings or ptrace "
+            "case": "forked from a process in its own user and mount namespaces with /proc "
+                    "hidden; own pid namespace; writable only $TMPDIR (/scratch) and /dev/shm, "
+                    + ("64 MiB tmpfs each, " if _sizes_tmpfs() else "tmpfs (not size-capped: "
+                       "bwrap older than 0.8), ")
+                    + "emptied after every case; /tmp and /dev read-only; no new processes, "
+                    "namespaces, mounts, System V or message-queue IPC, keyrings or ptrace "
                     "(seccomp)",
             "limits": limits()}
 

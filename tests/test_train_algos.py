@@ -28,9 +28,15 @@ TINY = {
 }
 
 
+# DQN's sweep has two seeds (its aggregate and a resume are tested); RecurrentPPO's one (its
+# layout and grading: its LSTM is trained slowest).
+SEEDS = {"dqn": [0, 1], "recurrent_ppo": [0]}
+
+
 def _sweep(tmp_path_factory, algo: str) -> Path:
     out = tmp_path_factory.mktemp(algo) / "sweep"
-    assert train_cli(["sweep", "--seeds", "0-1", "--workers", "2", "--out", str(out),
+    seeds = ",".join(map(str, SEEDS[algo]))
+    assert train_cli(["sweep", "--seeds", seeds, "--workers", "2", "--out", str(out),
                       *TINY[algo]]) == 0
     return out
 
@@ -62,7 +68,8 @@ def test_a_sweep_of_another_algorithm_writes_the_whole_layout_and_the_aggregate(
     assert all(saved[name] is not None for name in own)
     assert saved["n_epochs" if algo == "dqn" else "buffer_size"] is None
     name = ALGOS[algo].name
-    for seed in (0, 1):
+    seeds = SEEDS[algo]
+    for seed in seeds:
         run = out / f"seed_{seed}"
         assert json.loads((run / "config.json").read_text())["algo"] == algo
         for file in ("best_model.zip", "best.json", "learning_curve.png", "result.json",
@@ -80,17 +87,17 @@ def test_a_sweep_of_another_algorithm_writes_the_whole_layout_and_the_aggregate(
     record = run_episode(policy, finality_gym.load_corpus("public").tasks[3], 0)
     assert record.disposition in ("ship", "refund", "write_off", "escalate", "close")
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["seeds"] == [0, 1] and summary["algorithm"] == name
+    assert summary["seeds"] == seeds and summary["algorithm"] == name
     # every seed's machine, in the summary and the report's caption
     machine = json.loads((out / "seed_0" / "result.json").read_text())["machines"][0]
     assert summary["training"]["0"]["machines"] == [machine]
     assert summary["machines"] == [describe(machine)]
     assert f"Trained on: {describe(machine)}." in (out / "report.md").read_text()
     for split in summary["splits"].values():
-        assert [row["seed"] for row in split["seeds"]] == [0, 1]
+        assert [row["seed"] for row in split["seeds"]] == seeds
         a = split["across_seeds"]
-        assert a["mean_gap"] == pytest.approx(sum(r["mean_gap"] for r in split["seeds"]) / 2,
-                                              abs=1e-5)
+        assert a["mean_gap"] == pytest.approx(
+            sum(r["mean_gap"] for r in split["seeds"]) / len(seeds), abs=1e-5)
         assert a["mean_gap_ci"][0] <= a["mean_gap"] <= a["mean_gap_ci"][1]
     assert (out / "report.md").is_file() and (out / "seeds.png").is_file()
 
