@@ -45,6 +45,7 @@ import json
 import os
 import random
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,31 @@ class ConfigurationError(RuntimeError):
         self.status, self.error = status, error
 
 
+class BudgetSpent(InfrastructureError):
+    """The run has spent its `max_cost`: the episode is not started (no row; a re-run with a
+    larger budget completes the run)."""
+
+
+class Budget:
+    """What a run may spend on requests (`max_cost`), in integer micro-dollars, shared by its
+    threads: `spent` starts at what the folder's graded rows cost."""
+
+    def __init__(self, limit_usd: float, spent: int = 0):
+        self.limit = round(limit_usd * 1_000_000)
+        self.spent = spent
+        self._lock = threading.Lock()
+
+    def add(self, cost: int) -> None:
+        with self._lock:
+            self.spent += cost
+
+    def check(self) -> None:
+        with self._lock:
+            if self.spent >= self.limit:
+                raise BudgetSpent(f"the run has spent ${self.spent / 1e6:.4f} of its --max-cost "
+                                  f"${self.limit / 1e6:.4f}: no new episode starts")
+
+
 class ContextOverflow(ConfigurationError):
     """The conversation no longer fits the model's context: a lapse mid-episode."""
 
@@ -152,6 +178,9 @@ class ModelConfig:
     backoff_max_s: float = 60.0
     params: tuple[tuple[str, str], ...] = ()  # --param KEY=JSON: more request fields (JSON text)
     no_params: tuple[str, ...] = ()           # --no-param KEY: a field never sent
+    price_in: float | None = None   # dollars per million prompt tokens
+    price_out: float | None = None  # dollars per million completion tokens (reasoning included)
+    max_cost: float | None = None   # dollars: no episode starts once the run has spent this
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -167,6 +196,13 @@ class ModelConfig:
             raise ValueError(f"max_total_tokens must be >= 1, got {self.max_total_tokens}")
         if self.max_retries < 0 or self.timeout_s <= 0 or self.backoff_s < 0:
             raise ValueError("max_retries >= 0, timeout_s > 0 and backoff_s >= 0 are required")
+        for name in ("price_in", "price_out"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_cost is not None and (self.max_cost <= 0 or None in (self.price_in,
+                                                                          self.price_out)):
+            raise ValueError("--max-cost needs a positive amount and both --price-in and "
+                             "--price-out (the cost of a request is counted from its tokens)")
         keys = [key for key, _ in self.params]
         for key in keys + list(self.no_params):
             if key in OWN_FIELDS:
@@ -180,6 +216,15 @@ class ModelConfig:
             except ValueError:
                 raise ValueError(f"--param {key}={text}: the value is not JSON (a string is "
                                  f"quoted: {key}='\"{text}\"')") from None
+
+    def cost(self, usage: dict) -> int:
+        """What a request cost, in integer micro-dollars (money is integers here; a request
+        costs far less than a cent): its prompt and completion tokens at the prices given,
+        0 without them. Cached prompt tokens are priced as the others."""
+        if self.price_in is None or self.price_out is None:
+            return 0
+        return round(usage["prompt_tokens"] * self.price_in
+                     + usage["completion_tokens"] * self.price_out)
 
     def request_params(self) -> dict:
         """The sampling fields a request carries, before the endpoint says what it takes:
@@ -399,17 +444,21 @@ class ModelPolicy(Policy):
     """One model over one endpoint. `transcript`, set per episode by the harness, is anything
     with `recorded(turn, request_sha) -> line | None` (a turn to replay) and `append(line)`."""
 
-    def __init__(self, config: ModelConfig, endpoint: Endpoint | None = None, transcript=None):
+    def __init__(self, config: ModelConfig, endpoint: Endpoint | None = None, transcript=None,
+                 budget: Budget | None = None):
         self.config = config
         self.name = f"model:{config.model}"
         self.endpoint = endpoint
         self.transcript = transcript
+        self.budget = budget
 
     def reset(self, brief: Brief) -> None:
         super().reset(brief)
+        if self.budget is not None:
+            self.budget.check()
         self.counts = {"requests": 0, "replayed": 0, "retries": 0, "invalid_turns": 0,
                        "tokens_in": 0, "tokens_out": 0, "tokens_reasoning": 0,
-                       "tokens_cached": 0}
+                       "tokens_cached": 0, "cost_microusd": 0}
         self.status = "ok"
         self._sent = 0  # messages already sent in an earlier request
         self._rng = random.Random(brief.seed)
@@ -488,6 +537,8 @@ class ModelPolicy(Policy):
                     "served_model": body.get("model")}
             if self.transcript is not None:
                 self.transcript.append(line)
+            if self.budget is not None:
+                self.budget.add(c.cost(line["usage"]))
         self._sent = len(messages)
         self.counts["requests"] += 1
         self.counts["retries"] += line["attempts"] - 1
@@ -495,6 +546,7 @@ class ModelPolicy(Policy):
         self.counts["tokens_out"] += line["usage"]["completion_tokens"]
         self.counts["tokens_reasoning"] += line["usage"].get("reasoning_tokens", 0)
         self.counts["tokens_cached"] += line["usage"].get("cached_tokens", 0)
+        self.counts["cost_microusd"] += c.cost(line["usage"])
         return line["response"]["choices"][0]["message"]
 
 

@@ -157,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
     m.add_argument("--concurrency", type=int, default=1, help="episodes in flight (threads)")
     m.add_argument("--temperature", type=float, default=0.0)
+    m.add_argument("--price-in", type=float, default=None,
+                   help="dollars per million prompt tokens: each episode's cost in its row")
+    m.add_argument("--price-out", type=float, default=None,
+                   help="dollars per million completion tokens (reasoning tokens included)")
+    m.add_argument("--max-cost", type=float, default=None,
+                   help="dollars: no episode starts once the run has spent this (exit 3; "
+                        "re-run with a larger budget to go on)")
     m.add_argument("--param", action="append", default=[], metavar="KEY=JSON",
                    help="one more request field, repeatable: reasoning_effort='\"low\"', "
                         "top_p=0.9, seed=7 (pinned in run.json)")
@@ -193,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                                  max_tokens=args.max_tokens,
                                  max_total_tokens=args.max_total_tokens, timeout_s=args.timeout,
                                  params=tuple(_param(text) for text in args.param),
-                                 no_params=tuple(args.no_param),
+                                 no_params=tuple(args.no_param), price_in=args.price_in,
+                                 price_out=args.price_out, max_cost=args.max_cost,
                                  max_retries=args.max_retries)
             model_arm.run(args.out, config, split=args.split, subset=args.subset,
                           seeds=args.seeds, probe=args.probe, concurrency=args.concurrency,

@@ -146,8 +146,8 @@ class Incomplete(RuntimeError):
     """Some episodes could not be graded for a reason outside the agent (see `Threads`)."""
 
     def __init__(self, failed: list[dict], path: Path):
-        super().__init__(f"{len(failed)} episode(s) not graded (the endpoint failed past every "
-                         f"retry): listed in {path}; re-run the same command to complete them")
+        super().__init__(f"{len(failed)} episode(s) not graded ({failed[0]['error']}): listed "
+                         f"in {path}; re-run the same command to complete them")
         self.failed = failed
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.model import Endpoint, InfrastructureError, ModelConfig, ModelPolicy, prompt_hash
+from agents.model import (Budget, Endpoint, InfrastructureError, ModelConfig, ModelPolicy,
+                          prompt_hash)
 from finality_gym import load_corpus
 from finality_gym.tools import tools_hash
 
@@ -87,7 +88,7 @@ def manifest_fields(config: ModelConfig, sent: dict | None = None,
     variable or the retry schedule, which decide no row."""
     data = asdict(config)
     for name in ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s",
-                 "backoff_max_s"):
+                 "backoff_max_s", "max_cost"):  # a larger budget may complete a run
         del data[name]
     data["params"] = {key: json.loads(text) for key, text in config.params}
     data["no_params"] = list(config.no_params)
@@ -169,9 +170,14 @@ def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int 
         pinned = pinned_model(out) or {}
         fields = manifest_fields(config, pinned.get("sent"), pinned.get("learned"))
 
+    budget = None
+    if config.max_cost is not None:  # what the graded rows cost counts against it
+        rows = read_rows(path) if path.exists() else []
+        budget = Budget(config.max_cost, sum(r.get("cost_microusd", 0) for r in rows))
+
     def policy(spec: str, task_id: str, seed: int) -> ModelPolicy:
         transcript = Transcript(out / "transcripts" / f"{task_id}__seed{seed}.jsonl")
-        return ModelPolicy(config, endpoint[0], transcript)
+        return ModelPolicy(config, endpoint[0], transcript, budget)
 
     return grade(rc, out, progress=progress, desc="model",
                  backend=Threads(policy, concurrency, InfrastructureError),
@@ -197,6 +203,9 @@ def arm_figures(rows: list[dict]) -> dict:
     if "tokens_in" in rows[0]:
         figures["tokens_in_per_episode"] = round(float(np.mean([r["tokens_in"] for r in rows])), 1)
         figures["tokens_out_per_episode"] = round(float(np.mean([r["tokens_out"] for r in rows])), 1)
+        figures["cost_per_episode_usd"] = round(
+            float(np.mean([r.get("cost_microusd", 0) for r in rows])) / 1e6, 6)
+        figures["cost_usd"] = round(sum(r.get("cost_microusd", 0) for r in rows) / 1e6, 6)
         for key in ("tokens_reasoning", "tokens_cached"):  # rows from before these were kept
             figures[f"{key}_per_episode"] = round(float(np.mean([r.get(key, 0) for r in rows])), 1)
         figures["requests_per_episode"] = round(float(np.mean([r["requests"] for r in rows])), 2)
@@ -278,7 +287,9 @@ def model_report(summary: dict) -> str:
              f"Per episode: {arm['requests_per_episode']} requests, "
              f"{arm['tokens_in_per_episode']:,} tokens in ({arm['tokens_cached_per_episode']:,} "
              f"cached), {arm['tokens_out_per_episode']:,} out ("
-             f"{arm['tokens_reasoning_per_episode']:,} reasoning); {arm['retries']} retried requests and {arm['invalid_turns']} invalid turns in "
+             f"{arm['tokens_reasoning_per_episode']:,} reasoning); cost ${arm['cost_usd']:.4f} in "
+             f"all, ${arm['cost_per_episode_usd']:.6f} an episode (at the prices given; 0 "
+             "without); {arm['retries']} retried requests and {arm['invalid_turns']} invalid turns in "
              f"all; agent status {arm['agent_status']}.", ""]
     return "\n".join(lines) + "\n" + report_markdown(summary, "All statistics")
 

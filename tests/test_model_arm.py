@@ -455,3 +455,40 @@ def test_an_assistant_message_goes_back_as_sent_less_the_output_only_fields():
                     if key not in ("annotations", "reasoning_content")}
     assert returned({"role": "assistant", "content": "hi", "tool_calls": []}) == {
         "role": "assistant", "content": "hi"}
+
+
+def test_prices_give_each_episode_its_cost_and_a_budget_stops_the_run_resumably(
+        tmp_path, capsys):
+    """At $2 / $8 a million tokens each row costs its tokens; --max-cost stops starting
+    episodes once spent (exit 3, the rest listed), and a re-run with more budget completes the
+    run with the same rows as a run without a budget."""
+    prices = ["--price-in", "2", "--price-out", "8"]
+    with ChatServer(policy="finality_gate") as server:
+        assert _arm(server, tmp_path / "free", *prices) == 0
+        free = read_rows(tmp_path / "free" / "episodes.jsonl")
+        assert all(r["cost_microusd"] == 2 * r["tokens_in"] + 8 * r["tokens_out"] > 0
+                   for r in free)
+        one = free[0]["cost_microusd"] / 1e6
+        out = tmp_path / "budget"
+        assert _arm(server, out, *prices, "--max-cost", f"{3 * one:.6f}") == EXIT_INCOMPLETE
+        assert "no new episode starts" in capsys.readouterr().err
+        rows = read_rows(out / "episodes.jsonl")
+        assert 3 <= len(rows) < len(free)
+        assert sum(r["cost_microusd"] for r in rows) >= 3 * one * 1e6 * 0.5
+        incomplete = json.loads((out / "incomplete.json").read_text())
+        assert incomplete and "max-cost" in json.dumps(incomplete)
+        assert _arm(server, out, *prices, "--max-cost", "100") == 0
+    rows = read_rows(out / "episodes.jsonl")
+    key = lambda r: (r["task_id"], r["seed"])  # noqa: E731
+    assert sorted(map(key, rows)) == sorted(map(key, free))
+    assert {key(r): r["gap"] for r in rows} == {key(r): r["gap"] for r in free}
+    report = (out / "report.md").read_text()
+    total = sum(r["cost_microusd"] for r in rows) / 1e6
+    assert f"cost ${total:.4f} in all" in report
+
+
+def test_a_budget_needs_prices(tmp_path, capsys):
+    with ChatServer(policy="finality_gate") as server:
+        assert _arm(server, tmp_path, "--max-cost", "1") == 2
+        assert server.requests == 0
+    assert "--max-cost needs" in capsys.readouterr().err
