@@ -84,3 +84,14 @@ def test_the_citation_names_the_packaged_version_and_the_license():
     assert re.search(rf"^version: \"?{re.escape(version)}\"?$", citation, re.M)
     assert re.search(r"^license: MIT$", citation, re.M)
     assert "MIT License" in (ROOT / "LICENSE").read_text()
+
+
+def test_the_readme_baselines_table_is_the_one_its_sweep_folders_generate():
+    """The learned-baselines table is written by `python -m eval baselines` from the sweep
+    folders its marker names (docs/sweeps/: each sweep's summary.json, report.md, seeds.png),
+    never typed: regenerated here, it must be the README's, and every folder must be there."""
+    from eval.baselines import sources_in, table
+
+    sources = sources_in(README)
+    assert sources and all((s / "summary.json").is_file() for s in sources)
+    assert table(sources, README.parent) in README.read_text()

@@ -309,22 +309,34 @@ def test_no_server_stops_the_run_at_preflight_with_what_to_fix(tmp_path, capsys)
     assert not (tmp_path / "episodes.jsonl").exists()
 
 
-@pytest.mark.parametrize("style", OVERFLOW_STYLES)
 def test_a_conversation_that_outgrows_the_context_lapses_its_case_and_the_run_goes_on(
-        tmp_path, style, capsys):
-    """Each server's way of saying it (OpenAI's, vLLM's, llama.cpp's, Anthropic's layer's, a
-    413): the long cases lapse as `context_overflow`, the short ones are graded as usual, and
-    the run ends complete (exit 0)."""
-    with ChatServer(policy="finality_gate", context_tokens=760, overflow=style) as server:
-        code = main(["model", "--model", "scripted-model", "--base-url", server.base_url,
-                     "--api-key-env", "TEST_KEY", "--max-tokens", "64", "--out",
-                     str(tmp_path)])
+        tmp_path, capsys):
+    """Through the command line (OpenAI's form): the long cases lapse as `context_overflow`,
+    the short ones are graded as usual, and the run ends complete (exit 0)."""
+    with ChatServer(policy="finality_gate", context_tokens=760) as server:
+        code = _arm(server, tmp_path, "--max-tokens", "64")
     assert code == 0, capsys.readouterr().err
     rows = read_rows(tmp_path / "episodes.jsonl")
-    statuses = {r["agent_status"] for r in rows}
     assert len(rows) == len(model_arm.stratified_subset("public"))
-    assert statuses == {"ok", "context_overflow"}
+    assert {r["agent_status"] for r in rows} == {"ok", "context_overflow"}
     assert all(r["lapsed"] for r in rows if r["agent_status"] == "context_overflow")
+
+
+@pytest.mark.parametrize("style", OVERFLOW_STYLES)
+def test_every_servers_way_of_saying_the_context_overflowed_lapses_the_case(style):
+    """OpenAI's, vLLM's, llama.cpp's, Anthropic's layer's, a 413: each lapses the long case
+    and leaves the short one alone."""
+    corpus = load_corpus("public")
+    seen = set()
+    with ChatServer(policy="finality_gate", context_tokens=760, overflow=style) as server:
+        for task_id in model_arm.stratified_subset("public")[::2]:
+            task = corpus.task(task_id)
+            policy = ModelPolicy(config(server, max_tokens=64))
+            record = run_episode(policy, task, 0)
+            status = policy.stats()["agent_status"]
+            seen.add(status)
+            assert record.lapsed or status == "ok"
+    assert seen == {"ok", "context_overflow"}, style
 
 
 def test_a_context_too_small_for_the_preflight_is_a_configuration_error(tmp_path, capsys):
