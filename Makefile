@@ -37,8 +37,10 @@ $(ALL_STAMP): pyproject.toml constraints.txt | $(PY)
 run: $(EVAL_STAMP)  ## the main job: the headline evaluation
 	$(PY) -m eval headline --workers $(WORKERS) --out results/headline
 
+# One worker runs each test file whole (`--dist loadfile`): a module-scoped fixture (a trained
+# sweep, a graded attack run) is then made once, not once per worker that runs one of its tests.
 test: $(ALL_STAMP) system  ## the whole test suite
-	$(PY) -m pytest -n $(WORKERS) --dist loadgroup tests
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile tests
 
 bench: $(EVAL_STAMP)  ## the speed benchmarks of the README
 	$(PY) benchmarks/engine.py

@@ -1,5 +1,5 @@
 """The Ray backends on a real embedded Ray (2 CPUs, started once for the test session's Ray
-tests: they share one xdist group, see the Makefile's `--dist loadgroup`): a sweep's trials
+tests: they are one file, which `make test` runs on one worker, `--dist loadfile`): a sweep's trials
 write what the local backend writes and its terminal shows the sweep's own lines only, a killed
 or interrupted sweep resumes through Tune's restore without redoing a finished seed, and the
 grader's chunks on Ray write the local episodes file."""
@@ -22,7 +22,6 @@ from train.__main__ import main as train_cli
 from test_sweep import TINY, Sweep, same_model, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.xdist_group("ray")
 
 
 @pytest.fixture(scope="session")

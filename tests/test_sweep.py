@@ -21,9 +21,6 @@ from train.__main__ import main as train_cli
 from train.ppo import PPOConfig, train
 from train.sweep import check, parse_seeds, sweep
 
-# One worker runs the whole module, so that its `swept` sweep is trained once (a module-scoped
-# fixture is made in every worker that runs one of its tests).
-pytestmark = pytest.mark.xdist_group("sweep")
 
 TINY = ["--timesteps", "2048", "--n-envs", "2", "--n-steps", "256", "--batch-size", "256",
         "--n-epochs", "2", "--eval-every", "1024", "--validation-stride", "32",

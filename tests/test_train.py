@@ -13,9 +13,6 @@ from agents.learned import GymPolicy
 from train.__main__ import main as train_cli
 from train.ppo import PPOConfig, latest_checkpoint, train
 
-# One worker runs the whole module, so that its trained runs are trained once (a module-scoped
-# fixture is made in every worker that runs one of its tests).
-pytestmark = pytest.mark.xdist_group("train")
 
 PUBLIC = finality_gym.load_corpus("public")
 

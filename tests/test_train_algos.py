@@ -19,9 +19,6 @@ from train.ppo import (ALGOS, HYPERPARAMETERS, TrainConfig, checkpoint_steps, la
 from train.seed import train_seed
 from train.sweep import check, recipe
 
-# One worker runs the whole module, so that its sweeps are trained once (a module-scoped
-# fixture is made in every worker that runs one of its tests).
-pytestmark = pytest.mark.xdist_group("train_algos")
 
 COMMON = ["--timesteps", "2048", "--n-envs", "2", "--eval-every", "1024",
           "--validation-stride", "32", "--checkpoint-every", "1024", "--final-seeds", "1"]
