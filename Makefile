@@ -14,13 +14,17 @@ NINE := random,optimistic,eager,majority_vote,sop,react,reflection,finality_gate
 
 .PHONY: run test bench grade-models clean system
 
-# The operating-system sandbox of outside policies needs bubblewrap (`bwrap`); the tests need it.
-# Installed here where it is missing and we can (root with apt-get, as in CI); elsewhere the
-# sandbox tests skip and say why (install the `bubblewrap` package).
+# The operating-system sandbox of outside policies needs bubblewrap (`bwrap`), and the results
+# site's tests a browser (Debian's `chromium`, run headless). Installed here where missing and we
+# can (root with apt-get, as in CI); elsewhere those tests skip and say which package to install.
 system:
-	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
-	  >/dev/null; } || echo "note: bubblewrap (bwrap) is missing: the sandbox tests will skip"
+	@missing=""; command -v bwrap >/dev/null || missing="bubblewrap"; \
+	  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  missing="$$missing chromium"; \
+	  [ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) \
+	  >/dev/null; } || echo "note: missing $$missing: the sandbox (bubblewrap) or browser \
+	(chromium) tests will skip"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -9,6 +9,7 @@
     model      a language model behind a Chat Completions endpoint, acting through tool calls
     show       one episode of one policy, drawn as a timeline PNG
     baselines  the learned baselines of the sweeps given, one table (into the README)
+    view       every graded episode of results folders, as a static site (or --serve it)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from finality_gym.corpus import PRIVATE
 
 from agents.model import ConfigurationError, ModelConfig
 
-from . import ablation, baselines, costs, headline, model_arm, plans, show, tuning
+from . import ablation, baselines, costs, headline, model_arm, plans, show, tuning, view
 from .headline import HEADLINE
 from .grader import BACKENDS, Incomplete
 
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     baselines.add_arguments(sub.add_parser(
         "baselines", help="the learned baselines of the sweeps given, one table (into the "
                           "README)"))
+    view.add_arguments(sub.add_parser("view", help="every graded episode of results folders, "
+                                      "as a static site (or --serve it)"))
     m = parsers["model"]
     m.add_argument("--model", required=True, help="the model's name at the endpoint")
     m.add_argument("--base-url", required=True,
@@ -190,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             return show.main(args)
         elif args.command == "baselines":
             return baselines.main(args)
+        elif args.command == "view":
+            return view.main(args)
         elif args.command == "all":
             run_all(args.out, args.workers, progress, args.backend)
         elif args.command == "plans":

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from agents import Policy, PolicyError, PolicySpec, make_policy, run_episode
+from agents import Policy, PolicyError, PolicySpec, make_policy, play
 from agents import sandbox
 from agents.external import ExternalPolicy, PolicyLoadError
 from finality_gym import FaultProfile, Task, load_corpus
 from finality_gym.corpus import PRIVATE, use_private
 from finality_gym.economics import DEFAULT_COSTS, Costs
-from finality_gym.episode import PROBE_ARMS
+from finality_gym.episode import PROBE_ARMS, compact_calls
 
 from . import runfolder
 from .labels import failure_label
@@ -105,11 +105,15 @@ def input_identity(spec: str) -> str | None:
 
 
 def grade_row(policy: Policy, name: str, task: Task, seed: int, config: RunConfig) -> dict:
-    """One graded episode as a JSONL row: the record, the policy's name, the failure label and
-    the policy's own per-episode fields (a model's requests and tokens)."""
-    record = run_episode(policy, task, seed, faults=config.faults, probe=config.probe,
-                         costs=config.costs)
-    return {"policy": name, **record.to_dict(), "label": failure_label(record), **policy.stats()}
+    """One graded episode as a JSONL row: the record, the policy's name, the failure label, the
+    policy's own per-episode fields (a model's requests and tokens) and `calls`, the calls it
+    made (`finality_gym.episode.compact_calls`), from which the engine rebuilds the episode that
+    was graded (`replay`) to show it."""
+    episode = play(policy, task, seed, faults=config.faults, probe=config.probe,
+                   costs=config.costs)
+    record = episode.record()
+    return {"policy": name, **record.to_dict(), "label": failure_label(record), **policy.stats(),
+            "calls": compact_calls(episode.history)}
 
 
 def grade_in_process(policy: Policy, name: str, config: RunConfig) -> list[dict]:

@@ -205,6 +205,42 @@ class Episode:
         return self._record
 
 
+def compact_calls(history: list) -> list[list]:
+    """An episode's calls as the grader records them: `[t, tool]`, or `[t, tool, value]` for
+    the one argument of `wait` (ticks) and `retry_capture` (key). With the task, the seed, the
+    probe arm, the fault profile and the costs they determine the whole episode (`replay`)."""
+    return [[t, tool, *args.values()] for t, tool, args, _ in history]
+
+
+_ARGUMENT = {"wait": "ticks", "retry_capture": "key"}
+
+
+def replay(task: Task, seed: int, calls: list, lapsed: bool, faults: FaultProfile | None = None,
+           probe: str = "full", costs: Costs | None = None) -> Episode:
+    """The ended episode that a policy played, rebuilt by the engine from its recorded calls
+    (`compact_calls`), without the policy: every call is made again at the time recorded, and an
+    episode that lapsed without running out of calls or time (a harness ended it) is lapsed at
+    its last time. Raises ValueError naming the first call that does not replay (a record of
+    another task, seed or world)."""
+    episode = Episode(task, seed=seed, faults=faults, probe=probe, costs=costs)
+    for number, call in enumerate(calls):
+        if (not isinstance(call, list) or len(call) not in (2, 3) or type(call[0]) is not int
+                or call[1] not in TOOLS or (len(call) == 3) != (call[1] in _ARGUMENT)):
+            raise ValueError(f"call {number} is not a recorded call: {call!r}")
+        if episode.done or episode.now != call[0]:
+            raise ValueError(f"call {number} ({call[1]} at t={call[0]}) does not replay: the "
+                             f"episode is {'over' if episode.done else f'at t={episode.now}'}")
+        try:
+            episode.call(call[1], **({_ARGUMENT[call[1]]: call[2]} if len(call) == 3 else {}))
+        except InvalidCall as exc:
+            raise ValueError(f"call {number} does not replay: {exc}") from None
+    if not episode.done:
+        if not lapsed:
+            raise ValueError(f"the {len(calls)} calls recorded do not end the episode")
+        episode.lapse()
+    return episode
+
+
 def check_call(tool: str, args: dict) -> int:
     """Check one call's shape; return its cost in ticks (a wait's requested ticks). Raises
     `InvalidCall` naming the problem. The tool table shown to agents (`tools.py`) agrees with it."""

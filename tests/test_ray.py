@@ -164,7 +164,8 @@ def test_a_killed_ray_sweep_resumes_without_redoing_a_finished_seed(cluster, tmp
 def test_ctrl_c_stops_a_ray_sweep_and_a_rerun_resumes(cluster, tmp_path, presses):
     """One Ctrl-C: Tune ends its trials and saves its state, then the sweep stops (it went on
     to a new experiment that trained every seed to its end); a second one, while Tune saves,
-    skips that (it ended in a traceback and a stray experiment folder)."""
+    skips that (it ended in a traceback and a stray experiment folder). The rerun after one
+    press resumes that saved state (after a kill, the test above checks what it resumes)."""
     out = tmp_path / "sweep"
     command = ["--backend", "ray", "--seeds", "0-1", "--out", str(out), *TINY]
     sweep = Sweep(command, env=_env(cluster))
