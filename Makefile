@@ -35,7 +35,7 @@ $(EVAL_STAMP): pyproject.toml constraints.txt | $(PY)
 	touch $@
 
 $(ALL_STAMP): pyproject.toml constraints.txt | $(PY)
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[eval,train,model,ray,dev]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[eval,train,model,ray,inspect,dev]"
 	touch $@ $(EVAL_STAMP)
 
 run: $(EVAL_STAMP)  ## the main job: the headline evaluation

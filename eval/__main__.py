@@ -10,6 +10,7 @@
     show       one episode of one policy, drawn as a timeline PNG
     baselines  the learned baselines of the sweeps given, one table (into the README)
     view       every graded episode of results folders, as a static site (or --serve it)
+    import-inspect  an inspect_ai log of eval/inspect_task.py as a model-arm results folder
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from finality_gym.corpus import PRIVATE
 
 from agents.model import ConfigurationError, ModelConfig
 
-from . import ablation, baselines, costs, headline, model_arm, plans, show, tuning, view
+from . import (ablation, baselines, costs, headline, import_inspect, model_arm, plans, show,
+               tuning, view)
 from .headline import HEADLINE
 from .grader import BACKENDS, Incomplete
 
@@ -147,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                           "README)"))
     view.add_arguments(sub.add_parser("view", help="every graded episode of results folders, "
                                       "as a static site (or --serve it)"))
+    import_inspect.add_arguments(sub.add_parser(
+        "import-inspect", help="an inspect_ai log of eval/inspect_task.py as a model-arm "
+                               "results folder"))
     m = parsers["model"]
     m.add_argument("--model", required=True, help="the model's name at the endpoint")
     m.add_argument("--base-url", required=True,
@@ -195,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             return baselines.main(args)
         elif args.command == "view":
             return view.main(args)
+        elif args.command == "import-inspect":
+            return import_inspect.main(args)
         elif args.command == "all":
             run_all(args.out, args.workers, progress, args.backend)
         elif args.command == "plans":

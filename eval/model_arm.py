@@ -227,23 +227,31 @@ def run(out: Path, config: ModelConfig, split: str = "public", subset: str = "st
     if not 1 <= workers <= MAX_WORKERS:
         raise ValueError(f"workers must lie in 1..{MAX_WORKERS}, got {workers}")
     rc = run_config(config, split, subset, seeds, probe)
-    name = rc.policies[0]
     print(f"split {split}: {len({t for _, t, _ in rc.jobs()})} tasks ({subset}), seeds "
           f"{list(rc.seeds)}, probe arm {probe}", flush=True)
     rows = grade_model(config, rc, out, concurrency, progress)
-    scripted_config = RunConfig(HEADLINE, split=split, seeds=rc.seeds, probe=probe,
+    model = {"name": config.model, "base_url": config.base_url,
+             "served_as": sorted({r["served_model"] for r in _transcript_lines(out)
+                                  if r.get("served_model")}),
+             **(pinned_model(out) or manifest_fields(config))}
+    return finish(out, rows, rc, model, workers, backend)
+
+
+def finish(out: Path, rows: list[dict], rc: RunConfig, model: dict, workers: int = 2,
+           backend: str = "local") -> dict:
+    """The scripted policies graded on the model's episodes (into `out/scripted`), then the
+    summary (`model`: what it says of the model), the report and the figure."""
+    name = rc.policies[0]
+    scripted_config = RunConfig(HEADLINE, split=rc.split, seeds=rc.seeds, probe=rc.probe,
                                 tasks=rc.tasks)
     scripted = grade(scripted_config, out / "scripted", workers=workers, progress=False,
                      backend=backend)
     attempted = {(r["task_id"], r["seed"]) for r in rows}
     scripted = [r for r in scripted if (r["task_id"], r["seed"]) in attempted]
     policies = [name, *HEADLINE]
-    summary = summarize(rows + scripted, split, policies, list(rc.seeds), baseline=GATE)
-    summary["probe"] = probe
-    summary["model"] = {"name": config.model, "base_url": config.base_url,
-                        "served_as": sorted({r["served_model"] for r in _transcript_lines(out)
-                                             if r.get("served_model")}),
-                        **(pinned_model(out) or manifest_fields(config))}
+    summary = summarize(rows + scripted, rc.split, policies, list(rc.seeds), baseline=GATE)
+    summary["probe"] = rc.probe
+    summary["model"] = model
     by = {p: [r for r in rows + scripted if r["policy"] == p] for p in policies}
     summary["model_arm"] = {p: arm_figures(by[p]) for p in policies}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

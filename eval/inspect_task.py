@@ -1,0 +1,217 @@
+"""The benchmark as an inspect_ai task: any model inspect can reach, graded by this engine.
+
+    inspect eval eval/inspect_task.py --model PROVIDER/MODEL \\
+        [-T split=public] [-T subset=stratified|all] [-T seeds=1] [-T probe=full] \\
+        [-T max_requests=80] [-T max_invalid_turns=8] [-T max_total_tokens=N]
+    python -m eval import-inspect LOG --out DIR      # the log as a model-arm results folder
+
+One sample per (task, seed) of the model arm's cases (`eval.model_arm.stratified_subset`, 48
+tasks, by default). The conversation is the model arm's own: `agents.model.ModelPolicy` runs it
+(the same system prompt, brief, twelve tools, tool results, reminders, invalid-call answers and
+caps), and only the request goes through inspect: each turn it asks inspect's model (the
+provider given by `--model`: OpenAI, Anthropic, Google, Bedrock, vLLM, Ollama, ...) with the
+same messages and tools. The assistant messages go back to inspect as inspect returned them, so
+a provider's own fields (reasoning blocks, signatures) survive. The episode is played by the
+engine in a worker thread, the model asked in the sample's event loop.
+
+Each sample is scored with the engine's record: `gap` (dollars) and `exact`, the disposition as
+the answer, the failure label as the explanation, and the whole graded row (the record, the
+loss breakdown, the model's requests and tokens, the calls) as metadata, which `python -m eval
+import-inspect` turns into a results folder the shared grader's statistics apply to.
+
+Where inspect differs from the model arm (said in docs/model-arm.md): inspect parses a tool
+call's arguments itself and recovers some that the arm refuses (YAML for a non-object, such as
+a bare `60` for `wait`, becomes `{"ticks": 60}`; stray quotes after an object are dropped); a
+call it cannot parse is answered as invalid, as in the arm. inspect's tool schema has no
+`minimum`, so `wait`'s `ticks >= 1` is in its description only (the engine still refuses 0).
+inspect retries transient errors itself (`--max-retries`); a sample it gives up on is an error
+in the log, never a scored episode. Its model name is what `--model` says, not what the server
+reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `inspect eval eval/inspect_task.py` imports this file by path
+    sys.path.insert(0, str(ROOT))
+
+from inspect_ai import Task, task  # noqa: E402
+from inspect_ai.dataset import Sample  # noqa: E402
+from inspect_ai.model import (ChatMessageSystem, ChatMessageTool, ChatMessageUser,  # noqa: E402
+                              get_model)
+from inspect_ai.scorer import Score, mean, scorer, stderr  # noqa: E402
+from inspect_ai.solver import solver  # noqa: E402
+from inspect_ai.tool import ToolInfo, ToolParam, ToolParams  # noqa: E402
+
+from agents import brief_for  # noqa: E402
+from agents.model import ContextOverflow, ModelConfig, ModelPolicy, brief_message  # noqa: E402
+from finality_gym import PROBE_ARMS, load_corpus  # noqa: E402
+from finality_gym.episode import compact_calls  # noqa: E402
+from finality_gym.policy import play  # noqa: E402
+from finality_gym.tools import TOOL_TABLE  # noqa: E402
+
+from eval.labels import failure_label  # noqa: E402
+from eval.model_arm import stratified_subset  # noqa: E402
+
+SCORER = "engine_record"
+
+
+def tool_infos() -> list[ToolInfo]:
+    """`finality_gym.tools.TOOL_TABLE` in inspect's terms (its schema has no `minimum`)."""
+    infos = []
+    for spec in TOOL_TABLE:
+        schema = spec["parameters"]
+        properties = {name: ToolParam(**{k: v for k, v in prop.items() if k != "minimum"})
+                      for name, prop in schema["properties"].items()}
+        infos.append(ToolInfo(name=spec["name"], description=spec["description"],
+                              parameters=ToolParams(properties=properties,
+                                                    required=schema.get("required", []))))
+    return infos
+
+
+class InspectEndpoint:
+    """What `ModelPolicy` asks of an endpoint (`params`, `complete`), answered by inspect's
+    model: the policy runs in a worker thread, the model's `generate` in the sample's event
+    loop and context (so inspect records it in the sample's transcript)."""
+
+    params: dict = {}  # the sampling settings are inspect's (--temperature, --max-tokens, ...)
+
+    def __init__(self, model, loop: asyncio.AbstractEventLoop):
+        self.model, self.loop = model, loop
+        self.messages: list = []   # what inspect is sent, parallel to the policy's messages
+        self.replies: list = []    # inspect's assistant messages, sent back as they came
+        self.functions: dict[str, str] = {}  # tool call id -> tool name
+        self.placed = 0            # replies already among `messages`
+        self.tools = tool_infos()
+
+    def complete(self, request: dict, rng, retries=None) -> tuple[dict, float, int, list]:
+        for message in request["messages"][len(self.messages):]:
+            role = message["role"]
+            if role == "assistant":
+                self.messages.append(self.replies[self.placed])
+                self.placed += 1
+            elif role == "tool":
+                self.messages.append(ChatMessageTool(
+                    content=message["content"], tool_call_id=message["tool_call_id"],
+                    function=self.functions.get(message["tool_call_id"])))
+            elif role == "system":
+                self.messages.append(ChatMessageSystem(content=message["content"]))
+            else:
+                self.messages.append(ChatMessageUser(content=message["content"]))
+        output = self._run(self.model.generate(list(self.messages), tools=self.tools,
+                                               tool_choice="auto"))
+        message = output.message
+        if output.stop_reason == "model_length" and not message.tool_calls:
+            raise ContextOverflow("the conversation outgrew the model's context (inspect's stop "
+                                  "reason model_length)")
+        self.replies.append(message)
+        calls = []
+        for call in message.tool_calls or []:
+            self.functions[call.id] = call.function
+            arguments = (json.dumps(call.arguments) if call.parse_error is None
+                         else f"<not parsed: {call.parse_error}>")
+            calls.append({"id": call.id, "type": "function",
+                          "function": {"name": call.function, "arguments": arguments}})
+        usage = output.usage
+        body = {"model": output.model, "usage": {} if usage is None else {
+                    "prompt_tokens": usage.input_tokens,
+                    "completion_tokens": usage.output_tokens,
+                    "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+                    "prompt_tokens_details": {"cached_tokens": usage.input_tokens_cache_read}},
+                "choices": [{"finish_reason": output.stop_reason, "message": {
+                    "role": "assistant", "content": message.text or None,
+                    **({"tool_calls": calls} if calls else {})}}]}
+        return body, float(output.time or 0.0), 1, []
+
+    def _run(self, coroutine):
+        """Run `coroutine` in the sample's loop, in a copy of this thread's context (which
+        `asyncio.to_thread` copied from the sample's), and wait for it here."""
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        context = contextvars.copy_context()
+
+        def start() -> None:
+            running = self.loop.create_task(coroutine, context=context)
+
+            def finish(t: asyncio.Task) -> None:
+                if t.cancelled():
+                    done.cancel()
+                elif t.exception() is not None:
+                    done.set_exception(t.exception())
+                else:
+                    done.set_result(t.result())
+            running.add_done_callback(finish)
+
+        self.loop.call_soon_threadsafe(start)
+        return done.result()
+
+
+@solver
+def finality_agent(max_requests: int = 80, max_invalid_turns: int = 8,
+                   max_total_tokens: int | None = None):
+    """Play the sample's case with the model arm's conversation; keep the graded row."""
+
+    async def solve(state, generate):
+        meta = state.metadata
+        case = load_corpus(meta["split"]).task(meta["task_id"])
+        model = get_model()
+        config = ModelConfig(model=model.name, base_url="http://inspect.invalid",
+                             max_requests=max_requests, max_invalid_turns=max_invalid_turns,
+                             max_total_tokens=max_total_tokens)
+        endpoint = InspectEndpoint(model, asyncio.get_running_loop())
+        policy = ModelPolicy(config, endpoint)
+        episode = await asyncio.to_thread(play, policy, case, meta["seed"], probe=meta["probe"])
+        record = episode.record()
+        state.metadata["row"] = {"policy": f"model:{model.name}", **record.to_dict(),
+                                 "label": failure_label(record), **policy.stats(),
+                                 "calls": compact_calls(episode.history)}
+        state.messages = list(endpoint.messages) + endpoint.replies[-1:]
+        state.completed = True
+        return state
+
+    return solve
+
+
+@scorer(metrics={"gap": [mean(), stderr()], "exact": [mean()]})
+def engine_record():
+    """The engine's record of the episode: the gap in dollars and whether it is exact."""
+
+    async def score(state, target) -> Score:
+        row = state.metadata["row"]
+        return Score(value={"gap": row["gap"] / 100, "exact": float(row["gap"] == 0)},
+                     answer=row["disposition"], explanation=row["label"], metadata={"row": row})
+
+    return score
+
+
+@task
+def finality(split: str = "public", subset: str = "stratified", seeds: int = 1,
+             probe: str = "full", max_requests: int = 80, max_invalid_turns: int = 8,
+             max_total_tokens: int | None = None) -> Task:
+    """The model arm's cases as samples: one per (task, seed); the model sees the brief."""
+    if subset not in ("stratified", "all"):
+        raise ValueError(f"subset must be 'stratified' or 'all', got {subset!r}")
+    if probe not in PROBE_ARMS:
+        raise ValueError(f"probe: unknown arm {probe!r}; valid: {', '.join(PROBE_ARMS)}")
+    seeds = int(seeds)
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    corpus = load_corpus(split)
+    ids = stratified_subset(split) if subset == "stratified" else [t.task_id
+                                                                    for t in corpus.tasks]
+    samples = [Sample(input=brief_message(brief_for(corpus.task(task_id), seed, probe)),
+                      id=f"{task_id}__seed{seed}",
+                      metadata={"split": split, "task_id": task_id, "seed": seed,
+                                "probe": probe})
+               for task_id in ids for seed in range(seeds)]
+    return Task(dataset=samples,
+                solver=finality_agent(int(max_requests), int(max_invalid_turns),
+                                      None if max_total_tokens is None else int(max_total_tokens)),
+                scorer=engine_record(),
+                metadata={"split": split, "subset": subset, "seeds": seeds, "probe": probe})
