@@ -322,3 +322,27 @@ def figure(summary: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def cost_figure(models: list[tuple[str, dict]], path: Path) -> None:
+    """Mean gap (with its interval) against cost per episode, one point per model run given as
+    (label, its summary): what a better grade costs. Runs without prices have no cost and are
+    left out by the caller."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for i, (label, summary) in enumerate(models):
+        name = next(p for p in summary["policies"] if p.startswith("model:"))
+        p, arm = summary["policies"][name], summary["model_arm"][name]
+        lo, hi = p["mean_gap_ci"]
+        x = arm["cost_per_episode_usd"]
+        ax.errorbar(x, p["mean_gap"], yerr=[[p["mean_gap"] - lo], [hi - p["mean_gap"]]],
+                    fmt="o", color=f"C{i % 10}", capsize=3)
+        ax.annotate(label, (x, p["mean_gap"]), textcoords="offset points", xytext=(6, 4),
+                    fontsize=8)
+    ax.set_xlabel("cost per episode ($, at the prices each run was given)")
+    ax.set_ylabel("mean gap ($), 95% interval over units")
+    ax.set_title("Models: mean gap against cost per episode", fontsize=10)
+    ax.set_xlim(left=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -9,7 +9,8 @@ headline, an experiment's runs, a model arm and its `scripted/` line-up, a sweep
 
 - `index.html`: each folder's policies with their headline figures (from its `summary.json`,
   or computed from its rows where it has none), sortable; the per-archetype breakdown; the
-  folder's own figures; a model's requests, tokens and cost.
+  folder's own figures; a model's requests, tokens and cost; and, where model runs were given
+  prices, one figure of every such run's mean gap against its cost per episode.
 - `episodes.html#f=F&...`: every episode in a table, filtered (policy, archetype, label, twin
   pair, lapsed) and sorted by gap; the filter is in the address, so a view can be shared.
 - `episode.html#f=F&p=P&t=TASK&s=SEED`: the episode that was graded, not a replay of the policy:
@@ -32,7 +33,10 @@ Pictures (`finality_gym.timeline.draw`, 1280 x 800) are drawn at build time for 
 that matter (`--pictures some`: every model episode and the `WORST` episodes of largest gap of
 each policy), for all (`all`: ~140 KB and ~0.8 s of a core each) or none; `--serve` draws any other on
 the first request and keeps it. Folders graded before the grader recorded calls are shown
-too: their episodes get pages without calls or picture, which say why.
+too: their episodes get pages without calls or picture, which say why. A run of the private
+split is refused unless `--private` is given (a site is made to be published, and it would
+publish the hidden tasks); its episodes are then shown but not rebuilt (that needs the master
+seed).
 """
 
 from __future__ import annotations
@@ -276,7 +280,7 @@ def _clear(out: Path) -> None:
 
 
 def build(dirs: list[Path], out: Path = DEFAULT_OUT, pictures: str = "some", workers: int = 2,
-          worst: int = WORST, progress: bool = False) -> dict:
+          worst: int = WORST, progress: bool = False, private: bool = False) -> dict:
     """Build the site of every graded run under `dirs` into `out`, the pictures drawn by
     `workers` processes (`worst`: how many of each policy `some` draws); return what was written
     (`folders`, `episodes`, `pictures`, `files`, `bytes`, `seconds`, and `lazy`: the pictures
@@ -287,6 +291,11 @@ def build(dirs: list[Path], out: Path = DEFAULT_OUT, pictures: str = "some", wor
     if not 1 <= workers <= 64:
         raise ValueError(f"--workers must lie in 1..64, got {workers}")
     folders = discover(dirs)  # everything read and checked before anything is written
+    hidden = [f.name for f in folders if f.manifest.get("split") == PRIVATE]
+    if hidden and not private:
+        raise ValueError(f"{hidden[0]} is a run of the private split: its site would publish "
+                         "the hidden tasks' ids, records and calls; pass --private to build it "
+                         "anyway, for the operator's eyes only")
     if out.resolve() in [f.path.resolve() for f in folders] or any(
             out.resolve() in f.path.resolve().parents for f in folders):
         raise ValueError(f"--out {out} would overwrite a results folder it reads")
@@ -373,12 +382,27 @@ def build(dirs: list[Path], out: Path = DEFAULT_OUT, pictures: str = "some", wor
         if progress:
             print(f"  {folder.name}: {len(folder.rows):,} episodes, {len(policies)} policies",
                   flush=True)
+    priced = [(f["name"], f["summary"]) for f in site["folders"] if _priced(f["summary"])]
+    if priced:
+        from .model_arm import cost_figure
+        (out / "figures").mkdir(exist_ok=True)
+        cost_figure(priced, out / "figures" / "models_cost.png")
+        site["cost_figure"] = "figures/models_cost.png"
+        w.files += 1
+        w.bytes += (out / "figures" / "models_cost.png").stat().st_size
     w.data("data/site.js", "site", site)
     _draw_all(jobs, workers)
     w.files += len(jobs)
     w.bytes += sum(path.stat().st_size for _, _, path in jobs)
     return {"folders": len(folders), "episodes": episodes, "pictures": len(jobs), "files": w.files,
             "bytes": w.bytes, "seconds": time.perf_counter() - started, "lazy": lazy}
+
+
+def _priced(summary: dict | None) -> bool:
+    """A model run given prices (`--price-in`, `--price-out`): it has a cost per episode."""
+    arm = (summary or {}).get("model_arm") or {}
+    return any(name.startswith("model:") and figures.get("cost_per_episode_usd", 0) > 0
+               for name, figures in arm.items())
 
 
 _DRAWING = threading.Lock()  # matplotlib's Agg is not to be used by two threads at once
@@ -456,6 +480,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{WORST} worst of each policy (some), every episode (all: ~0.8 s "
                              "and ~140 KB each), or none; --serve draws the others on request")
     parser.add_argument("--workers", type=int, default=2, help="processes drawing pictures")
+    parser.add_argument("--private", action="store_true",
+                        help="include runs of the private split (refused by default: a site "
+                             "is made to be published)")
     parser.add_argument("--serve", action="store_true", help="serve the site on 127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="with --serve (0: any free port)")
     parser.set_defaults(no_progress=True)
@@ -464,7 +491,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must lie in 0..65535, got {args.port}")
-    built = build(args.dirs, args.out, args.pictures, args.workers, progress=True)
+    built = build(args.dirs, args.out, args.pictures, args.workers, progress=True,
+                  private=args.private)
     print(f"wrote {args.out}/index.html: {built['folders']} folders, {built['episodes']:,} "
           f"episodes, {built['pictures']} pictures, {built['bytes'] / 1e6:.1f} MB in "
           f"{built['seconds']:.1f} s")

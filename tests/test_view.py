@@ -101,7 +101,8 @@ def folders(tmp_path_factory):
                     misbehave=misbehave_schedule({1: "text_only", 3: "unknown_tool"})) as server:
         model_arm.run(base / "model", ModelConfig(model="scripted-model",
                                                    base_url=server.base_url,
-                                                   api_key_env="TEST_KEY", timeout_s=30.0),
+                                                   api_key_env="TEST_KEY", timeout_s=30.0,
+                                                   price_in=1.0, price_out=4.0),
                       seeds=1, concurrency=2, workers=1, progress=False)
     shutil.rmtree(base / "model" / "scripted")  # its nine policies: not needed here
     # Four of the model's 48 episodes are enough here (every model episode gets a picture)
@@ -136,6 +137,8 @@ def test_the_index_shows_every_policy_with_its_figures(folders, site, recorder):
     arm = json.loads((folders / "model" / "summary.json").read_text())["model_arm"]
     assert f'{arm["model:scripted-model"]["requests_per_episode"]}' in model
     assert "exact_vs_pass.png" in page and "model_arm.png" in page
+    assert '<img id="cost-figure" src="figures/models_cost.png"' in page  # a priced model run
+    assert (out / "figures" / "models_cost.png").stat().st_size > 10_000
     assert "pending_fail" in page  # the per-archetype table
     assert int(re.search(r'data-render-ms="(\d+)"', page).group(1)) > 0
     assert recorder.seen == []
@@ -271,6 +274,14 @@ def test_bad_input_is_refused_and_changes_nothing(folders, tmp_path):
                           "--out", str(tmp_path / "s")], cwd=ROOT, capture_output=True,
                          text=True)
     assert run.returncode == 2 and "is not a folder" in run.stderr
+    assert not (tmp_path / "s").exists()
+    hidden = tmp_path / "private"
+    shutil.copytree(folders / "headline", hidden)
+    manifest = json.loads((hidden / "run.json").read_text())
+    (hidden / "run.json").write_text(json.dumps({**manifest, "split": "private"}))
+    run = subprocess.run([sys.executable, "-m", "eval", "view", str(hidden), "--out",
+                          str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2 and "is a run of the private split" in run.stderr
     assert not (tmp_path / "s").exists()
 
 

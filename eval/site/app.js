@@ -135,6 +135,8 @@ const FG = (() => {
   function index(site) {
     const out = [el("h1", {}, "Results"), el("p", { class: "meta" }, `Built by `, el("code", {}, site.built_with),
       `: ${site.folders.length} graded run${site.folders.length === 1 ? "" : "s"}. Money in dollars; intervals are 95% bootstrap intervals over tasks (twin pairs together).`)];
+    if (site.cost_figure) out.push(el("h2", {}, "Models: mean gap against cost per episode"),
+      el("div", { class: "figures" }, el("img", { id: "cost-figure", src: site.cost_figure, alt: "mean gap against cost per episode" })));
     for (const f of site.folders) {
       out.push(el("h2", { id: `folder-${f.id}` }, f.name), folderMeta(f));
       if (f.model) out.push(el("p", { class: "meta" }, `model ${f.model.name || f.model.model}` +
