@@ -53,14 +53,11 @@ from inspect_ai.tool import ToolInfo, ToolParam, ToolParams  # noqa: E402
 from agents import brief_for  # noqa: E402
 from agents.model import ContextOverflow, ModelConfig, ModelPolicy, brief_message  # noqa: E402
 from finality_gym import PROBE_ARMS, load_corpus  # noqa: E402
-from finality_gym.episode import compact_calls  # noqa: E402
-from finality_gym.policy import play  # noqa: E402
 from finality_gym.tools import TOOL_TABLE  # noqa: E402
 
-from eval.labels import failure_label  # noqa: E402
+from eval.grader import RunConfig, grade_row  # noqa: E402
 from eval.model_arm import stratified_subset  # noqa: E402
 
-SCORER = "engine_record"
 
 
 def tool_infos() -> list[ToolInfo]:
@@ -166,11 +163,10 @@ def finality_agent(max_requests: int = 80, max_invalid_turns: int = 8,
                              max_total_tokens=max_total_tokens)
         endpoint = InspectEndpoint(model, asyncio.get_running_loop())
         policy = ModelPolicy(config, endpoint)
-        episode = await asyncio.to_thread(play, policy, case, meta["seed"], probe=meta["probe"])
-        record = episode.record()
-        state.metadata["row"] = {"policy": f"model:{model.name}", **record.to_dict(),
-                                 "label": failure_label(record), **policy.stats(),
-                                 "calls": compact_calls(episode.history)}
+        run = RunConfig((policy.name,), split=meta["split"], seeds=(meta["seed"],),
+                        probe=meta["probe"])
+        state.metadata["row"] = await asyncio.to_thread(grade_row, policy, policy.name, case,
+                                                        meta["seed"], run)
         state.messages = list(endpoint.messages) + endpoint.replies[-1:]
         state.completed = True
         return state

@@ -75,7 +75,7 @@ PAGES = {"index": "Results", "episodes": "Episodes", "episode": "Episode",
          "compare": "Side by side"}
 RECORD = ("disposition", "lapsed", "premature", "calls_used", "end_t", "order_value", "cash",
           "goods_left", "escalated", "position", "reference", "gap", "cogs", "liability",
-          "dispute", "escalation", "label", "fault_firings", "tool_counts")
+          "dispute", "escalation", "label")
 MODEL_FIELDS = ("requests", "replayed", "retries", "invalid_turns", "tokens_in", "tokens_out",
                 "tokens_reasoning", "tokens_cached", "cost_microusd", "agent_status")
 # The compact rows of the episodes table, one array each, in this order.
@@ -349,7 +349,7 @@ def build(dirs: list[Path], out: Path = DEFAULT_OUT, pictures: str = "some", wor
                 "p": p, "seed": row["seed"], **{k: row[k] for k in RECORD if k in row},
                 **{k: row[k] for k in MODEL_FIELDS if k in row},
                 "calls": calls, "replayed": replayed, "picture": picture,
-                "drawn": i in draw_now, "conversation": conversation})
+                "conversation": conversation})
         for task_id, eps in by_task.items():
             one = first[task_id]
             twin = None
