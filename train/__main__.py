@@ -1,6 +1,7 @@
 """`python -m train ppo ...`: train a PPO baseline (or MaskablePPO, RecurrentPPO, A2C or DQN:
 `--algo`), then grade it like every scripted policy; `python -m train sweep ...`: train one
-recipe from several seeds and grade them together."""
+recipe from several seeds and grade them together; `python -m train search ...`: train several
+algorithms briefly and pick one on validation."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 from .ppo import ALGOS, HYPERPARAMETERS, TUNED, TrainConfig, train
+from .search import SHARED, TIMESTEPS, parse_algos, search
 from .sweep import BACKENDS, parse_seeds, sweep
 
 # The recipe's options, shared by `ppo` and `sweep`: TrainConfig's fields, with their type (or
@@ -139,6 +141,21 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=None,
                    help="seeds trained at once (default: one per core, at most the seeds)")
     s.add_argument("--out", required=True, help="sweep folder, e.g. runs/sweep_full")
+    what = ("train each algorithm briefly with its own hyperparameters and pick the one with the "
+            "lowest validation gap (public only); re-running into --out resumes")
+    q = sub.add_parser("search", help=what, description=what)
+    q.add_argument("--env", default=TrainConfig.env, help=f"env id (default {TrainConfig.env})")
+    q.add_argument("--algos", default="ppo,maskable_ppo,recurrent_ppo",
+                   help="the algorithms compared (default ppo,maskable_ppo,recurrent_ppo)")
+    for field in SHARED:
+        kind, text = RECIPE[field]
+        q.add_argument(option(field), type=kind, default=None,
+                       help=f"training steps of each run (default {TIMESTEPS})"
+                       if field == "timesteps" else f"{text} ({defaults(field)})")
+    q.add_argument("--seeds", default="0", help="training seeds of each algorithm (default 0)")
+    q.add_argument("--workers", type=int, default=None,
+                   help="runs trained at once (default: one per core, at most the runs)")
+    q.add_argument("--out", required=True, help="search folder, e.g. runs/search_delayed")
     return main
 
 
@@ -147,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "sweep":
             return run_sweep(args)
+        if args.command == "search":
+            return run_search(args)
         if args.resume:
             config = resumed_config(args)
         else:
@@ -179,6 +198,16 @@ def run_sweep(args: argparse.Namespace) -> int:
           f"{a['mean_gap_ci'][1]:.2f}] across seeds, "
           f"{a['seeds_at_or_below_best_scripted']} of {len(summary['seeds'])} seeds at or below "
           f"{summary['splits']['regenerated']['best_scripted']}; {args.out}/report.md")
+    return 0
+
+
+def run_search(args: argparse.Namespace) -> int:
+    shared = {f: getattr(args, f) for f in SHARED if getattr(args, f) is not None}
+    summary = search(args.env, parse_algos(args.algos), parse_seeds(args.seeds), Path(args.out),
+                     shared, workers=args.workers)
+    gaps = ", ".join(f"{a} ${e['mean_best_gap']:.2f}" for a, e in summary["algorithms"].items())
+    print(f"search on {args.env}: best validation gap {gaps}; chosen {summary['chosen']}; "
+          f"{args.out}/report.md")
     return 0
 
 

@@ -376,8 +376,9 @@ def seed_everything(config: TrainConfig) -> None:
 
 
 def train(config: TrainConfig, resume: bool = False, grading_workers: int = 2, label: str = "",
-          report=None) -> dict:
-    """Train, validate, keep the best model, grade it. `label` prefixes the progress lines (the
+          report=None, grade: bool = True) -> dict:
+    """Train, validate, keep the best model, grade it (not with `grade` False: the algorithm
+    search's runs are judged on validation alone). `label` prefixes the progress lines (the
     sweep's "seed 3: ", whose runs print no headline tables); `report(metrics, model)`, if
     given, is called after every validation (the Ray backend reports to Tune through it)."""
     out = Path(config.out)
@@ -414,7 +415,8 @@ def train(config: TrainConfig, resume: bool = False, grading_workers: int = 2, l
     save_atomic(out / "checkpoints" / f"{config.algo}_{model.num_timesteps}_steps.zip", model.save)
     train_seconds = time.perf_counter() - started
     learning_curve(out, name)
-    final_grading(config, fresh=learned, workers=grading_workers, echo=not label)
+    if grade:
+        final_grading(config, fresh=learned, workers=grading_workers, echo=not label)
     result = {"timesteps": model.num_timesteps, "train_seconds": round(train_seconds, 1),
               "total_seconds": round(time.perf_counter() - started, 1),
               "resumed_from": resumed_from,

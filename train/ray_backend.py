@@ -129,7 +129,7 @@ class Progress(tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result
         if result.get("done"):
-            print(done_line(trial.config["seed"], result["best_mean_gap"],
+            print(done_line(f"seed {trial.config['seed']}", result["best_mean_gap"],
                             result["best_timesteps"]), flush=True)
 
 

@@ -12,9 +12,11 @@ from eval.runfolder import lock, prepare
 from .ppo import TrainConfig, latest_checkpoint, train
 
 
-def train_seed(config: TrainConfig, report=None) -> dict:
+def train_seed(config: TrainConfig, report=None, grade: bool = True, name: str = "") -> dict:
     """One seed's whole run, resuming whatever an interrupted sweep left of it; its result.
-    `report` is `train`'s (the Ray backend reports to Tune through it)."""
+    `report` and `grade` are `train`'s (the Ray backend reports to Tune through `report`; the
+    algorithm search's runs are not graded); `name` starts its progress lines (default
+    "seed 3")."""
     out = Path(config.out)
     prepare(out)
     # A second process on the same seed (a killed sweep's orphaned worker still training, a
@@ -28,11 +30,12 @@ def train_seed(config: TrainConfig, report=None) -> dict:
             for path in out.iterdir():
                 if path.name != ".lock":
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
-        return train(config, resume=resume, grading_workers=1, label=f"seed {config.seed}: ",
-                     report=report)
+        return train(config, resume=resume, grading_workers=1,
+                     label=f"{name or f'seed {config.seed}'}: ", report=report, grade=grade)
 
 
-def done_line(seed: int, best_mean_gap: float, best_timesteps: int) -> str:
-    """What the sweep prints when a seed is done, whichever backend trained it."""
-    return (f"seed {seed}: done, best validation gap ${best_mean_gap:.2f} at "
+def done_line(name: str, best_mean_gap: float, best_timesteps: int) -> str:
+    """What the sweep prints when a seed (`name`: "seed 3") is done, whichever backend trained
+    it."""
+    return (f"{name}: done, best validation gap ${best_mean_gap:.2f} at "
             f"{best_timesteps:,} steps")

@@ -134,17 +134,21 @@ def _exit_without(sweep: int) -> None:
     os._exit(1)
 
 
-def run_local(configs: list[TrainConfig], workers: int) -> None:
+def run_local(configs: list[TrainConfig], workers: int, grade: bool = True,
+              name=lambda c: f"seed {c.seed}") -> None:
+    """Train `configs` in `workers` processes (`train_seed`, `grade` its); `name(config)` is
+    what its progress lines and the line printed when it is done call it."""
     # Fresh processes: a forked child would inherit this process's torch threads (and locks).
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
                                                 initializer=worker_start,
                                                 initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(train_seed, c): c.seed for c in configs}
+        futures = {pool.submit(train_seed, c, None, grade, name(c)): c for c in configs}
         try:
             for future in concurrent.futures.as_completed(futures):
                 best = future.result()["best"]
-                print(done_line(futures[future], best["mean_gap"], best["timesteps"]), flush=True)
+                print(done_line(name(futures[future]), best["mean_gap"], best["timesteps"]),
+                      flush=True)
         except KeyboardInterrupt:
             # the pool would wait for every seed in training to train to its end
             for worker in multiprocessing.active_children():
