@@ -1,6 +1,7 @@
 """PPO training: TensorBoard scalars, a model the grader grades, resume, masked actions."""
 
 import json
+import signal
 from pathlib import Path
 
 import gymnasium as gym
@@ -163,7 +164,14 @@ def test_ctrl_c_is_a_hint_not_a_traceback(tmp_path, capsys, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "train", interrupted)
-    assert cli.main(["ppo", "--out", str(tmp_path / "run")]) == 130
+    # main ignores a further Ctrl-C from then on; in this process that would outlive the test,
+    # and every subprocess a later test starts would inherit it (a sweep deaf to Ctrl-C)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.main(["ppo", "--out", str(tmp_path / "run")]) == 130
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, handler)
     assert capsys.readouterr().err == "interrupted; resume with --resume\n"
 
 
