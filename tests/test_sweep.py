@@ -267,14 +267,22 @@ ROOT = Path(__file__).resolve().parents[1]
 LONGER = ["--timesteps", "4096", *TINY[2:]]
 
 
+def _as_a_terminal_starts_it() -> None:
+    """Ctrl-C's default action, whatever this process inherited: an ignored SIGINT survives
+    exec (Python then installs no handler), and something in a pytest worker may have left it
+    ignored (the test of `train ppo`'s own Ctrl-C once did: the sweep never saw the signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Sweep:
-    """`python -m train sweep` in a process group of its own (as a terminal runs it), its
-    stdout read line by line as it comes."""
+    """`python -m train sweep` in a process group of its own, with SIGINT's default action (as
+    a terminal runs it), its stdout read line by line as it comes."""
 
     def __init__(self, args: list[str], env: dict | None = None):
         self.process = subprocess.Popen([sys.executable, "-m", "train", "sweep", *args],
                                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, start_new_session=True, env=env)
+                                        text=True, start_new_session=True, env=env,
+                                        preexec_fn=_as_a_terminal_starts_it)
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
