@@ -9,6 +9,7 @@
     model      a language model behind a Chat Completions endpoint, acting through tool calls
     show       one episode of one policy, drawn as a timeline PNG
     baselines  the learned baselines of the sweeps given, one table (into the README)
+    versus     two sweeps of one probe arm compared (say RecurrentPPO's and PPO's): A - B
     view       every graded episode of results folders, as a static site (or --serve it)
     import-inspect  an inspect_ai log of eval/inspect_task.py as a model-arm results folder
 """
@@ -28,7 +29,7 @@ from finality_gym.corpus import PRIVATE
 from agents.model import ConfigurationError, ModelConfig
 
 from . import (ablation, baselines, costs, headline, import_inspect, model_arm, plans, show,
-               tuning, view)
+               tuning, versus, view)
 from .headline import HEADLINE
 from .grader import BACKENDS, Incomplete
 
@@ -147,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     baselines.add_arguments(sub.add_parser(
         "baselines", help="the learned baselines of the sweeps given, one table (into the "
                           "README)"))
+    versus.add_arguments(sub.add_parser(
+        "versus", help="two sweeps of one probe arm compared (say RecurrentPPO's and PPO's): "
+                       "A - B"))
     view.add_arguments(sub.add_parser("view", help="every graded episode of results folders, "
                                       "as a static site (or --serve it)"))
     import_inspect.add_arguments(sub.add_parser(
@@ -198,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             return show.main(args)
         elif args.command == "baselines":
             return baselines.main(args)
+        elif args.command == "versus":
+            return versus.main(args)
         elif args.command == "view":
             return view.main(args)
         elif args.command == "import-inspect":
