@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import baselines
 from .seeds import SEED_BOOTSTRAP_SEED, SPLITS, SeedRun, _interval, load_split
 from .stats import REPLICATES, SeedUnitSums, percentile_interval, seed_resample_counts
 from .summary import BOOTSTRAP_SEED, Units, _ci, _r
@@ -39,17 +40,10 @@ FILES = ("versus.json", "report.md")
 
 
 def load(folder: Path) -> tuple[dict, dict[int, SeedRun]]:
-    """A sweep's summary and its seeds' graded folders."""
-    try:
-        summary = json.loads((folder / "summary.json").read_text())
-        seeds = [int(s) for s in summary["seeds"]]
-        summary["probe"]
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{folder}: no summary.json (not a finished sweep)") from None
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{folder}/summary.json is not a sweep summary ({exc!r})") from None
-    runs = {s: SeedRun({split: folder / f"seed_{s}" / f"eval_{split}" for split in SPLITS}, {})
-            for s in seeds}
+    """A sweep's summary (read as the baselines table reads it) and its seeds' graded folders."""
+    summary = baselines.load(folder)
+    runs = {int(s): SeedRun({split: folder / f"seed_{s}" / f"eval_{split}" for split in SPLITS},
+                            {}) for s in summary["seeds"]}
     return summary, runs
 
 
