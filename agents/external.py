@@ -2,8 +2,11 @@
 
 A spec `path/to/my_policy.py:MyPolicy` or `mypkg.policies:MyPolicy` names a `Policy` subclass
 that the grader never imports: `ExternalPolicy` starts `python -m agents.host` (one process per
-grading run and worker, every case in a fresh fork of it, see `agents/host.py`) and relays tool
-calls and results as JSON lines. The engine, and with it the episode's truth, stays in the
+chunk of work, every case in a fresh fork of it, see `agents/host.py`) and relays tool calls and
+results as JSON lines. Every case gets a token of its own that the host adds to each message of
+that case (the case never sees it): a message with another token is an error, and so is a case
+that sends anything past its end (`finish`). A line over `sandbox.MAX_LINE` bytes breaks the
+protocol; it is never buffered whole. The engine, and with it the episode's truth, stays in the
 grader's process; a case that takes longer than `timeout_s` (wall time, the policy's whole
 case; 10 s, or the environment variable FINALITY_POLICY_TIMEOUT) kills the host and is an error
 naming the policy.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -140,6 +144,9 @@ class ExternalPolicy(Policy):
         (it is starting, no case has begun) as a `PolicyLoadError`."""
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
+            if len(self._buffer) > sandbox.MAX_LINE:
+                raise self._broken(doing, "its process sent a line over the protocol's limit",
+                                   f"{self.name} sent a line over {sandbox.MAX_LINE} bytes")
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise self._broken(doing, f"its process did not start within {STARTUP_S:g} s",
@@ -169,20 +176,27 @@ class ExternalPolicy(Policy):
     def reset(self, brief: Brief) -> None:
         if self.proc is None:
             self._start()
-        if self._active:  # the last case ended: let its fork go
-            self._send({"end": True})
-            self._read(time.monotonic() + self.timeout_s, "ending a case")
+        self.finish()  # a case the runner did not finish (`play` outside the grader)
         self.brief = brief
         self._deadline = time.monotonic() + self.timeout_s
-        self._send({"episode": brief.__dict__})
+        self._token = secrets.token_hex(8)
+        self._send({"episode": brief.__dict__, "case": self._token})
         self._active = True
         self._started = False
+
+    def _case_message(self) -> dict:
+        message = self._read(self._deadline, "playing a case")
+        if message.get("case") != self._token:
+            self.close()
+            raise PolicyError(f"{self.name}'s process sent a message that is not of its case: "
+                              f"{message!r:.120}")
+        return message
 
     def act(self, result: dict | None) -> Call:
         if self._started:
             self._send({"result": result})
         self._started = True
-        message = self._read(self._deadline, "playing a case")
+        message = self._case_message()
         if "error" in message:
             self._active = False
             raise PolicyError(self._outside(message["error"]) or "failed")
@@ -190,6 +204,24 @@ class ExternalPolicy(Policy):
         if not isinstance(call.get("name"), str) or not isinstance(call.get("arguments"), dict):
             raise PolicyError(f"{self.name} sent a malformed call: {message!r:.120}")
         return call["name"], call["arguments"]
+
+    def finish(self) -> None:
+        """The case has ended (its disposition is recorded): the host kills its process. A case
+        that sent anything past its last call, or left a process, is an error (the grader adds
+        the task and the seed)."""
+        if not self._active:
+            return
+        self._active = False
+        self._send({"end": True})
+        message = self._case_message()
+        if "overran" in message:
+            self.close()
+            raise PolicyError(f"{self.name} misbehaved at the end of its case: "
+                              f"{self._outside(message['overran'])}")
+        if message.get("ended") is not True:
+            self.close()
+            raise PolicyError(f"{self.name} broke the protocol at the end of its case: "
+                              f"{message!r:.120}")
 
     def stats(self) -> dict:
         """The class's own `name` on every row: the row's `policy` stays the spec, the identity

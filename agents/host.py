@@ -6,40 +6,43 @@ and DIGEST its SHA-256. The host runs only that file with that content: a module
 finds elsewhere on its path (a package of the same name, a module already imported), or a file
 edited since it was hashed, is refused, so the rows are always those of the code the manifest
 names. The grader starts this process (`agents.external.ExternalPolicy`) and speaks JSON lines
-with it over its standard input and output, nothing else:
+with it over its standard input and output; this process, and only it, holds that channel:
 
-    host -> grader   {"ready": NAME} | {"unloadable": TEXT}   NAME: the class's `name`
-    grader -> host   {"episode": BRIEF}               a case starts (the brief's fields)
-    host -> grader   {"call": {"name": TOOL, "arguments": {...}}} | {"error": TEXT}
-    grader -> host   {"result": RESULT}                 the tool's result, as the engine returned it
-    grader -> host   {"end": true}                      the case has ended
-    host -> grader   {"bye": true}
+    host -> grader   {"ready": NAME} | {"unloadable": TEXT}       NAME: the class's `name`
+    grader -> host   {"episode": BRIEF, "case": TOKEN}             a case starts
+    host -> grader   {"case": TOKEN, "call": {"name": TOOL, "arguments": {...}}}
+                   | {"case": TOKEN, "error": TEXT}
+    grader -> host   {"result": RESULT}          the tool's result, as the engine returned it
+    grader -> host   {"end": true}               the case has ended: the host kills it
+    host -> grader   {"case": TOKEN, "ended": true} | {"case": TOKEN, "overran": TEXT}
 
-TEXT is one line: the exception and the file and line it was raised at. The calls are the
-twelve tools of `finality_gym.tools.TOOL_TABLE`, the results what the engine returns: the same
-table and messages a language model gets.
+TOKEN is the grader's, new for every case; the host adds it to every message of that case, and
+the case never sees it. TEXT is one line: the exception and the file and line it was raised at.
+The calls are the twelve tools of `finality_gym.tools.TOOL_TABLE`, the results what the engine
+returns: the same table and messages a language model gets.
 
-The policy's code is imported once, and every case starts from that import (a model loaded at
-import is loaded once per run and worker, not per case), yet nothing carries from one case to
-the next. Three processes: this one, which never imports the policy's code and never reads a
-case's data, only asks for cases and watches how they end; the zygote, forked from it, which
-imports the code once, is refused if the import left anything that would outlive it in a fork
-(a thread, a file descriptor, a writable shared mapping, a signal handler: `left_by_import`),
-and then does nothing but fork a case when asked and report its exit status; and one case
-process per case, forked from the zygote, which reads its own brief and plays it. Every case is
-thus a copy of the same post-import state: a module-level counter, a class attribute or
-anything a case changes dies with it. The grader runs the cases of a chunk in an unrecorded
-order, so counting them tells a policy nothing. The episode's truth is never in these
-processes: the grader keeps the engine. Anything the policy prints goes to standard error, its
+Three kinds of process. This one, the host, never imports the policy's code. The fork server
+(the zygote), forked from the host before anything else, closes the grader's channel, imports
+the policy's code once, is refused if the import left anything that would outlive it in a fork
+(a thread, a file descriptor, a writable shared mapping, a signal handler, a tracing hook:
+`left_by_import`; a process: the host looks), and then forks a case whenever the host asks,
+and nothing else: it reads no case's data, sees no exit status, and is told nothing but "fork".
+Each case connects to the host's listening socket, the one channel made for it; the host checks
+the process that connected before it sends the brief, relays its messages to the grader with the
+case's token, and kills it when the grader says the case ended. Every case is thus a copy of the
+same post-import state: a module-level counter or anything else a case changes dies with it. A
+case that sends anything past its turn or its end is an error. The grader runs the cases of a
+chunk in an unrecorded order and gives every chunk a fresh host, so counting cases tells a
+policy nothing. The engine, and the episode's truth, are never in these processes. Anything the
+policy prints goes to standard error, through the host, which relays a capped amount; its
 tracebacks too. Numerical libraries run on one thread (`OPENBLAS_NUM_THREADS=1` and the like,
 set by the grader): a thread pool started at import could not be forked.
 
 Under the operating-system sandbox (`agents/sandbox.py`: these processes run under bwrap, and
-`FINALITY_SANDBOX=1` says so) the zygote enters its own user and mount namespaces once after
-the import (`isolate_worker`: /proc hidden), every case process isolates itself before it reads
-its brief (`isolate_case`: its own pid namespace, no capability, no new process, limits), and
-this process empties the scratch folder and /dev/shm after every case (`wipe`), so nothing a
-case writes or starts reaches the next.
+`FINALITY_SANDBOX=1` says so) the fork server isolates and filters itself once after the
+import (`isolate_worker`), every case gets fresh namespaces and scratch space (`enter_case`)
+and its limits and filter (`restrict_case`), and the host checks each case from /proc
+(`case_problems`) and refuses a policy that leaves any other process running (`others`).
 
 When the grader's side is gone (it closed the pipes, or a worker of its was stopped while a case
 ran), there is no one left to tell: the host and its case end at once, quietly, a case stuck in
@@ -55,11 +58,17 @@ import importlib.util
 import json
 import os
 import select
+import shutil
 import signal
 import socket
+import struct
 import sys
+import tempfile
+import time
 import traceback
 from pathlib import Path
+
+from agents.sandbox import HOSTDIR, MAX_LINE, STDERR_CASE, STDERR_TOTAL
 
 
 class Refused(Exception):
@@ -118,6 +127,7 @@ def _print_policy_traceback(exc: BaseException) -> None:
 
 
 def _play(cls, brief: dict, read, send) -> None:
+    """Play one case to its disposition (or its error); the host kills the process after."""
     from finality_gym.policy import Brief
     try:
         policy = cls()
@@ -142,20 +152,13 @@ def _play(cls, brief: dict, read, send) -> None:
         message = read()
         if message is None:
             return
-        if "end" in message:
-            send({"bye": True})
-            return
         result = message["result"]
-
-
-_FINISHED = 3   # a case's process exits with this once it has said its last word
-_NO_CASE = 4    # ... and with this when the grader had no further case for it
 
 
 def _state(protocol: set[int]) -> dict:
     """What a process holds that could carry something from one fork of it to the next: its
-    threads, its file descriptors (beyond `protocol`), its writable shared mappings, and its
-    signal handlers (native and Python's)."""
+    threads, its file descriptors (beyond `protocol`), its writable shared mappings, its signal
+    handlers (native and Python's), and Python's tracing and collection hooks."""
     fds = {int(f) for f in os.listdir("/proc/self/fd")} - protocol
     status = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text()
                   .splitlines() if ":\t" in line)
@@ -168,6 +171,7 @@ def _state(protocol: set[int]) -> dict:
         "signal handlers": (status.get("SigCgt", "").strip(), status.get("SigIgn", "").strip(),
                             tuple(signal.getsignal(s) for s in signal.valid_signals()
                                   if s not in (signal.SIGKILL, signal.SIGSTOP))),
+        "hooks": (sys.gettrace(), sys.getprofile(), tuple(gc.callbacks)),
     }
 
 
@@ -187,117 +191,332 @@ def left_by_import(before: dict, after: dict) -> list[str]:
             found.append(f"{kind} open ({', '.join(map(str, sorted(extra)))})")
     if after["signal handlers"] != before["signal handlers"]:
         found.append("signal handlers set")
+    if after["hooks"] != before["hooks"]:
+        found.append("a tracing, profiling or garbage-collection hook set")
     return found
 
 
 def _zygote(target: str, name: str, source: Path, digest: str, control: socket.socket,
-            protocol: int, send, read) -> None:
+            address: str) -> None:
     """Import the policy's code once, check that the import left nothing behind, then fork one
-    case per request on `control` and report its exit status; nothing else. This process never
-    reads a case's data (each case reads its own brief), so every case starts from the same
-    state: the one the import made."""
-    before = _state({protocol, control.fileno()})
+    case per request on `control`; nothing else. It reads no case's data, so every case starts
+    from the same state: the one the import made. Its words to the host go over `control`: b"r"
+    and the class's name, or b"u" and why it cannot be loaded."""
+    before = _state({control.fileno()})
     try:
         cls = load_class(target, name, source, digest)
     except BaseException as exc:  # noqa: BLE001 - a module may raise anything on import
-        send({"unloadable": why(exc)})
-        control.send(b"u")
+        control.send(b"u" + why(exc).encode()[:_SAID])
         return
-    left = left_by_import(before, _state({protocol, control.fileno()}))
+    left = left_by_import(before, _state({control.fileno()}))
     if left:
-        send({"unloadable": f"importing it left {'; '.join(left)}: each case is forked from "
-                            "the imported code, so nothing may outlive the import"})
-        control.send(b"u")
+        control.send(b"u" + (f"importing it left {'; '.join(left)}: each case is forked from "
+                             "the imported code, so nothing may outlive the import").encode())
         return
     sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
     if sandboxed:
-        from agents.sandbox import isolate_case, isolate_worker
+        from agents.sandbox import enter_case, isolate_worker, restrict_case
         isolate_worker()
+    else:
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped unread
     # Every object the import made is left out of the collector's passes from now on: a case's
     # collection would otherwise write to every page that holds one, and copy them all.
     gc.freeze()
-    send({"ready": str(cls.name)})
-    control.send(b"r")
-    while control.recv(1):
-        pid = os.fork()
-        if pid == 0:
-            control.close()
-            code = _FINISHED
+    control.send(b"r" + str(cls.name).encode()[:_SAID])
+    recv, fork = control.recv, os.fork
+    while recv(1):
+        if fork() == 0:
             try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as the import left it
+                control.close()
                 if sandboxed:
-                    isolate_case()
-                message = read()
-                if message is None or "episode" not in message:
-                    code = _NO_CASE
-                else:
-                    _play(cls, message["episode"], read, send)
-            except BaseException:  # noqa: BLE001 - the policy may raise anything, SystemExit too
-                code = 1
-            os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        control.send(str(os.waitstatus_to_exitcode(status)).encode())
+                    enter_case()
+                channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                channel.connect(address)
+                if sandboxed:
+                    restrict_case(channel.detach())
+                    channel = socket.socket(fileno=3)
+                _case(cls, channel)
+            finally:  # the policy may raise anything, SystemExit too
+                os._exit(0)
+
+
+def _case(cls, channel: socket.socket) -> None:
+    """One case, in its own process: say it is ready, read the brief, play."""
+    stream = channel.makefile("rwb", buffering=0)
+
+    def send(message: dict) -> None:
+        stream.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+    def read() -> dict | None:
+        line = stream.readline()
+        return json.loads(line) if line else None
+
+    send({"ready": True})
+    message = read()
+    if message is not None:
+        _play(cls, message["episode"], read, send)
+    stream.readline()  # nothing more comes: the host ends this process
+
+
+_SAID = 4000  # the most bytes of a load message the fork server sends in one packet
+
+
+class _GraderGone(Exception):
+    """The grader closed its side: nobody is left to tell anything."""
+
+
+class _Host:
+    """The host's side of everything: the grader's pipe, the fork server's control socket, the
+    listening socket, the current case's channel, and the capped relay of standard error."""
+
+    def __init__(self, protocol, control: socket.socket, zygote: int, listener: socket.socket,
+                 relay: int, sandboxed: bool):
+        self.protocol, self.control, self.zygote = protocol, control, zygote
+        self.listener, self.stderr, self.sandboxed = listener, relay, sandboxed
+        self.stderr_name = f"pipe:[{os.fstat(relay).st_ino}]"
+        self.unprepared: str | None = None  # why the next case could not be prepared
+        self.grader_buffer = b""
+        self.relayed_total = self.relayed_case = 0
+        self.cut = False  # whether this case's standard error was cut (said once a case)
+        self.case = None  # (channel, pid, token, buffer)
+
+    # ---------------------------------------------------------------- waiting, with the relay
+    def wait(self, fd: int, deadline: float | None = None) -> bool:
+        """Until `fd` is readable (True) or `deadline` passes (False), relaying standard error
+        meanwhile; the grader gone ends everything."""
+        watch = select.poll()
+        watch.register(0, 0)  # POLLHUP once the grader closed its end (read only when asked)
+        for watched in {fd, self.stderr}:
+            watch.register(watched, select.POLLIN)
+        watch.register(self.protocol.fileno(), 0)  # POLLERR once no one reads the pipe
+        while True:
+            left = None if deadline is None else max(0, deadline - time.monotonic())
+            events = dict(watch.poll(None if left is None else int(left * 1000) + 1))
+            if self.protocol.fileno() in events:
+                raise _GraderGone
+            if self.stderr in events:
+                self.pump()
+            if fd in events:
+                return True
+            if 0 in events and fd != 0 and events[0] & (select.POLLHUP | select.POLLERR):
+                raise _GraderGone
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def pump(self) -> None:
+        """Relay what the policy wrote to standard error, up to the caps; drop the rest, and
+        say so once a case."""
+        chunk = os.read(self.stderr, 65536)
+        room = max(0, min(STDERR_CASE - self.relayed_case, STDERR_TOTAL - self.relayed_total))
+        passed = chunk[:room]
+        if passed:
+            os.write(2, passed)
+            self.relayed_case += len(passed)
+            self.relayed_total += len(passed)
+        if len(chunk) > len(passed) and not self.cut:
+            self.cut = True
+            os.write(2, b"\n[the policy's standard error was cut here: at most %d bytes a "
+                     b"case, %d a process are relayed]\n" % (STDERR_CASE, STDERR_TOTAL))
+
+    def send(self, message: dict) -> None:
+        text = json.dumps(message, separators=(",", ":")) + "\n"
+        try:
+            self.protocol.write(text)
+            self.protocol.flush()
+        except BrokenPipeError:
+            raise _GraderGone from None
+
+    def from_grader(self) -> dict:
+        while b"\n" not in self.grader_buffer:
+            self.wait(0)
+            chunk = os.read(0, 1 << 20)
+            if not chunk:
+                raise _GraderGone
+            self.grader_buffer += chunk
+        line, _, self.grader_buffer = self.grader_buffer.partition(b"\n")
+        return json.loads(line)
+
+    # ---------------------------------------------------------------- one case
+    def from_case(self) -> dict | str:
+        """The case's next message, or why there is none (a text)."""
+        channel, pid, token, buffer = self.case
+        while b"\n" not in buffer:
+            if len(buffer) > MAX_LINE:
+                return f"it sent a line over {MAX_LINE} bytes"
+            self.wait(channel.fileno())
+            try:
+                chunk = channel.recv(1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return ("the case's process ended without finishing (it exited, crashed or "
+                        "passed a limit: memory, CPU time, open files)")
+            buffer += chunk
+        line, _, rest = buffer.partition(b"\n")
+        self.case = (channel, pid, token, rest)
+        if rest:
+            return "it sent a message before its turn"
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            return f"it broke the protocol: {line[:120]!r}"
+        return message
+
+    def prepare(self) -> str | None:
+        """Fork the next case, accept its connection and check it, before the grader asks for
+        it (this overlaps with the grader's own work on the last row); why not, if not. The
+        last case's processes must be gone first: a process that outlives its case is refused."""
+        if self.sandboxed:
+            from agents.sandbox import case_problems, others
+            deadline = time.monotonic() + LINGER_S
+            while (left := others({os.getpid(), self.zygote})) and time.monotonic() < deadline:
+                time.sleep(0.0002)
+            if left:
+                return (f"a process outlived its case ({'; '.join(left.values())}): a case may "
+                        "start none, and the import none that lives")
+        self.control.send(b"c")
+        if not self.wait(self.listener.fileno(), time.monotonic() + CASE_START_S):
+            return f"no case connected within {CASE_START_S:g} s of being forked"
+        channel, _ = self.listener.accept()
+        pid = struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                     12))[0]
+        self.case = (channel, pid, None, b"")
+        hello = self.from_case()
+        if hello != {"ready": True}:
+            return hello if isinstance(hello, str) else f"it said {hello!r:.120}"
+        if self.sandboxed:
+            problems = case_problems(pid, self.zygote, self.stderr_name)
+            if problems:
+                return f"the case did not start isolated: {'; '.join(problems)}"
+        return None
+
+    def start_case(self, brief: dict, token: str) -> str | None:
+        """Hand the prepared case its brief; why not, if it could not be prepared."""
+        if self.unprepared is not None:
+            return self.unprepared
+        channel, pid, _, buffer = self.case
+        self.case = (channel, pid, token, buffer)
+        self.relayed_case, self.cut = 0, False
+        channel.sendall(json.dumps({"episode": brief}, separators=(",", ":")).encode() + b"\n")
+        return None
+
+    def end_case(self) -> str | None:
+        """Kill the current case (its whole pid namespace); what it did wrong at its end, if
+        anything: data sent past its last message."""
+        channel, pid, token, buffer = self.case
+        self.case = None
+        overran = None
+        if buffer or select.select([channel], [], [], 0)[0] and channel.recv(1, socket.MSG_PEEK):
+            overran = "it sent a message after its last (past its turn or its end)"
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        channel.close()
+        return overran
+
+    def serve(self) -> int:
+        """Cases, one at a time, until the grader has no further one."""
+        while True:
+            message = self.from_grader()
+            if "episode" not in message:
+                return 0
+            token = message["case"]
+            why_not = self.start_case(message["episode"], token)
+            if why_not is None:
+                why_not = self.relay(token)
+            overran = self.end_case() if self.case is not None else None
+            if why_not is not None:  # the case's end, an error: the grader sends no "end"
+                self.send({"case": token, "error": why_not})
+            else:
+                self.send({"case": token,
+                           **({"overran": overran} if overran else {"ended": True})})
+            self.unprepared = self.prepare()
+
+    def relay(self, token: str) -> str | None:
+        """The case's calls to the grader and the results back, until the grader says the case
+        ended (None) or the case fails (why, said to the grader as its error)."""
+        while True:
+            said = self.from_case()
+            if isinstance(said, str):
+                return said
+            if "error" in said:
+                return str(said["error"])[:2000]
+            if not isinstance(said.get("call"), dict):
+                return f"it sent a malformed message: {said!r:.120}"
+            self.send({"case": token, "call": said["call"]})
+            reply = self.from_grader()
+            if "end" in reply:
+                return None
+            self.case[0].sendall(json.dumps({"result": reply["result"]},
+                                            separators=(",", ":")).encode() + b"\n")
+
+
+LINGER_S = 2.0     # how long a killed case's processes may take to be gone
+CASE_START_S = 30.0
 
 
 def main() -> int:
     target, name, source, digest = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # the policy's prints go to standard error, never into the protocol
-    sys.stdout = sys.stderr
-
-    def send(message: dict) -> None:
-        text = json.dumps(message, separators=(",", ":")) + "\n"  # not JSON: raises, unsent
-        try:
-            protocol.write(text)
-            protocol.flush()
-        except BrokenPipeError:  # the grader is gone: nobody reads this, or anything after it
-            os._exit(0)
-
-    def read() -> dict | None:
-        line = sys.stdin.readline()
-        return json.loads(line) if line else None
-
+    relay_read, relay_write = os.pipe()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
+    folder = HOSTDIR if sandboxed else tempfile.mkdtemp(prefix="finality-host-")
+    address = os.path.join(folder, f"cases-{os.getpid()}")
     zygote = os.fork()
-    if zygote == 0:
-        ours.close()
-        _zygote(target, name, source, digest, theirs, protocol.fileno(), send, read)
+    if zygote == 0:  # the fork server: nothing of the grader's channel, its output relayed
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(relay_write, 1)
+        os.dup2(relay_write, 2)
+        for fd in (null, relay_write, relay_read, protocol.fileno(), ours.fileno()):
+            os.close(fd)
+        sys.stdout = sys.stderr = os.fdopen(2, "w", buffering=1)
+        _zygote(target, name, source, digest, theirs, address)
         os._exit(0)
     theirs.close()
-    watch = select.poll()
-    watch.register(ours, select.POLLIN)
-    watch.register(protocol.fileno(), 0)  # a pipe's writer is told POLLERR once no one reads it
-
-    def reply() -> bytes:
-        """The zygote's next word; if the grader goes first, end the cases and ourselves."""
-        events = dict(watch.poll())
-        if ours.fileno() not in events:
-            os.killpg(0, signal.SIGKILL)
-        return ours.recv(16)
-
-    def ended() -> int:
-        return os.waitstatus_to_exitcode(os.waitpid(zygote, 0)[1])
-
-    loaded = reply()  # the zygote said ready or why not to the grader itself
-    if loaded != b"r":
-        if not loaded:  # it died importing, before it could say
-            send({"unloadable": f"loading it ended its process (exit status {ended()})"})
-        return 1
-    sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
-    if sandboxed:
-        from agents.sandbox import wipe
-    while True:
-        if sandboxed:
-            wipe()  # what the last case wrote, before the next case starts
-        ours.send(b"c")  # fork a case: the grader's next message starts it, or says none is left
-        answer = reply()
-        if not answer:
-            send({"error": f"the policy's process ended (exit status {ended()})"})
+    os.close(relay_write)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(4)
+    host = _Host(protocol, ours, zygote, listener, relay_read, sandboxed)
+    try:
+        host.wait(ours.fileno())
+        loaded = ours.recv(_SAID + 1)
+        if not loaded.startswith(b"r"):
+            host.send({"unloadable": loaded[1:].decode(errors="replace") if loaded else
+                       "loading it ended its process"})
             return 1
-        code = int(answer)
-        if code == _NO_CASE:
-            return 0
-        if code != _FINISHED:  # it died mid-case (os._exit, a signal): say so, do not hang
-            send({"error": f"the case's process ended without finishing (exit status {code})"})
+        if sandboxed:
+            from agents.sandbox import others
+            left = others({os.getpid(), zygote})
+            if left:
+                host.send({"unloadable": f"importing it left {len(left)} process(es) running "
+                           f"({'; '.join(left.values())}): a case may start none, and the "
+                           "import none that lives"})
+                return 1
+        host.send({"ready": loaded[1:].decode(errors="replace")})
+        host.unprepared = host.prepare()
+        return host.serve()
+    except _GraderGone:  # end the fork server and a case stuck in a loop too, quietly
+        _remove(folder, address, sandboxed)
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        _remove(folder, address, sandboxed)
+    return 0
+
+
+def _remove(folder: str, address: str, sandboxed: bool) -> None:
+    try:
+        os.unlink(address)
+    except OSError:
+        pass
+    if not sandboxed:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

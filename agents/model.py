@@ -31,6 +31,20 @@ its own retries off, so this module owns and records every attempt; it posts the
 plain JSON and parses the body itself, so a server's odd response shapes are recorded as they
 came.
 
+An endpoint can neither hang nor flood the run. Each attempt has a wall-clock deadline
+(`timeout_s`, `--timeout`) for the whole of it, connecting, sending and reading: a server that
+sends its headers and then a byte a second is cut at the deadline, not after a read that never
+times out. And it may receive at most `max_response_bytes` (`--max-response-bytes`), headers
+and body as they come over the wire (a compressed body is refused: only `identity` is asked
+for, and a compressed size says nothing of what it inflates to). Both are enforced on the
+client's connections themselves (`_GuardedBackend`: every connect, write and read of an
+attempt's connection, in the attempt's thread, gets at most what is left of its deadline and
+counts its bytes), so nothing keeps reading past either, no thread is left behind, and the
+connection is closed. Either is an endpoint failure like a timeout: retried, then the
+episode's `InfrastructureError`. The episode's transcript has its own cap
+(`max_transcript_bytes`, kept by the harness: `eval.model_arm.Transcript`): a response may be
+no larger than what it has left.
+
 Every request and response goes to the episode's transcript (given by the harness: the model
 arm's `eval.model_arm.Transcript` keeps it in a file), with usage, latency, attempts and the
 served model's name. A re-run replays the recorded responses, turn by turn while the request is
@@ -61,6 +75,8 @@ PROMPT_FILE = Path(__file__).with_name("prompts") / "system.md"
 REMINDER = "No tool was called. Act by calling one of the tools."
 PREFLIGHT = "Preflight check before the cases start: reply with anything."
 TRANSIENT_STATUS = frozenset({408, 409, 429})
+DEFAULT_MAX_RESPONSE_BYTES = 8 << 20     # 8 MiB a response: some 2,000 1,024-token answers
+DEFAULT_MAX_TRANSCRIPT_BYTES = 64 << 20  # 64 MiB an episode's transcript (tests': <= 17 KB)
 
 
 def system_prompt() -> str:
@@ -172,8 +188,10 @@ class ModelConfig:
     max_total_tokens: int | None = None  # per episode, prompt and completion tokens together
     max_requests: int = 80
     max_invalid_turns: int = 8
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0        # a deadline for each attempt as a whole, not for a read
     max_retries: int = 6
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES      # per attempt, over the wire
+    max_transcript_bytes: int = DEFAULT_MAX_TRANSCRIPT_BYTES  # per episode's transcript file
     backoff_s: float = 1.0
     backoff_max_s: float = 60.0
     params: tuple[tuple[str, str], ...] = ()  # --param KEY=JSON: more request fields (JSON text)
@@ -196,6 +214,9 @@ class ModelConfig:
             raise ValueError(f"max_total_tokens must be >= 1, got {self.max_total_tokens}")
         if self.max_retries < 0 or self.timeout_s <= 0 or self.backoff_s < 0:
             raise ValueError("max_retries >= 0, timeout_s > 0 and backoff_s >= 0 are required")
+        for name in ("max_response_bytes", "max_transcript_bytes"):
+            if getattr(self, name) < 1024:
+                raise ValueError(f"{name} must be >= 1024, got {getattr(self, name)}")
         for name in ("price_in", "price_out"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -258,17 +279,33 @@ class Endpoint:
             raise ImportError("the model arm needs the 'model' extra: pip install -e .[model]") from exc
         self.openai = openai
         self.config = config
+        http_client = openai.DefaultHttpxClient(timeout=config.timeout_s,
+                                                event_hooks={"response": [_uncompressed]})
+        _guard(http_client)
         self.client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key(),
-                                    max_retries=0, timeout=config.timeout_s)
+                                    max_retries=0, timeout=config.timeout_s,
+                                    http_client=http_client,
+                                    default_headers={"Accept-Encoding": "identity"})
 
-    def complete(self, request: dict, rng: random.Random,
-                 retries: int | None = None) -> tuple[dict, float, int, list[str]]:
-        """(body, latency of the successful attempt, attempts, transient errors)."""
+    def complete(self, request: dict, rng: random.Random, retries: int | None = None,
+                 room: int | None = None) -> tuple[dict, float, int, list[str]]:
+        """(body, latency of the successful attempt, attempts, transient errors). Each attempt
+        is cut at its deadline and past `max_response_bytes`, or past `room` bytes when that is
+        less (what the episode's transcript has left)."""
         retries = self.config.max_retries if retries is None else retries
+        cap = self.config.max_response_bytes
+        over = (f"the response passed the --max-response-bytes cap of {cap:,} bytes; reading "
+                "stopped there")
+        if room is not None and room < cap:
+            cap = room
+            over = (f"the response passed {cap:,} bytes, what the episode's transcript has left "
+                    f"of its --max-transcript-bytes cap of {self.config.max_transcript_bytes:,} "
+                    "bytes; reading stopped there")
         errors: list[str] = []
         for attempt in range(retries + 1):
             started = time.perf_counter()
             wait = None
+            _LOCAL.attempt = _Attempt(self.config.timeout_s, cap, over)
             try:
                 # The client's generic POST: `chat.completions.create` first walks the whole
                 # request through its typed-dict transforms, 4 ms a request here, more than the
@@ -283,8 +320,10 @@ class Endpoint:
                 return body, latency, attempt + 1, errors
             except _Unreadable as exc:
                 errors.append(f"unreadable body: {exc}")
+            except _Cut as exc:  # the attempt's deadline or its byte cap
+                errors.append(str(exc))
             except self.openai.APITimeoutError:
-                errors.append(f"timeout after {self.config.timeout_s} s")
+                errors.append(f"timeout after {self.config.timeout_s:g} s")
             except self.openai.APIConnectionError as exc:
                 errors.append(f"connection error: {exc.__cause__ or exc}")
             except self.openai.APIStatusError as exc:
@@ -296,6 +335,8 @@ class Endpoint:
                                              _error(exc)) from None
                 errors.append(f"HTTP {status}: {_message(exc)}")
                 wait = _retry_after(exc.response.headers)
+            finally:
+                _LOCAL.attempt = None
             if attempt == retries:
                 break
             if wait is None:
@@ -322,8 +363,12 @@ class Endpoint:
                 body, *_ = self.complete(request, random.Random(0), retries=min(
                     2, self.config.max_retries))
             except InfrastructureError as exc:
-                raise ConfigurationError(f"{self.config.base_url} does not answer ({exc}); is "
-                                         "the server running, and is --base-url right?") from None
+                hint = ("is the server running, and is --base-url right?"
+                        if not any(cap in str(exc) for cap in _CAPS) else
+                        "a server this slow or this verbose is misbehaving (or needs a larger "
+                        "--timeout or --max-response-bytes)")
+                raise ConfigurationError(f"{self.config.base_url} does not answer ({exc}); "
+                                         + hint) from None
             except ContextOverflow:
                 raise
             except ConfigurationError as exc:
@@ -347,6 +392,139 @@ class Endpoint:
             del self.params[name]
             self.learned.append(f"{name} not sent (refused: {detail})")
         return True
+
+
+_CAPS = ("--timeout deadline", "--max-response-bytes", "Content-Encoding")
+
+
+class _Cut(Exception):
+    """An attempt stopped by its own limits (its deadline, its byte cap): an endpoint failure,
+    retried like a timeout. Raised inside the client's connection, it passes through httpx and
+    the openai client as it is (neither maps an exception it does not know)."""
+
+
+class _Attempt:
+    """One attempt's limits: a wall-clock deadline for all of it, and the bytes it may
+    receive."""
+
+    def __init__(self, seconds: float, max_bytes: int, over: str):
+        self.seconds, self.max_bytes, self.over = seconds, max_bytes, over
+        self.deadline = time.monotonic() + seconds
+        self.received = 0
+
+    def late(self) -> _Cut:
+        return _Cut(f"no complete response within the --timeout deadline of {self.seconds:g} s "
+                    "(a deadline for the whole attempt, not for each read)")
+
+    def run(self, operation, timeout: float | None):
+        """`operation(timeout)`, its timeout no more than what is left of the deadline; a
+        failure at or past the deadline is the deadline's."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self.late()
+        try:
+            return operation(left if timeout is None else min(timeout, left))
+        except Exception:
+            if time.monotonic() >= self.deadline - 0.01:
+                raise self.late() from None
+            raise
+
+    def count(self, n: int) -> None:
+        self.received += n
+        if self.received > self.max_bytes:
+            raise _Cut(self.over)
+
+
+_LOCAL = threading.local()  # `attempt`: the attempt this thread is making, if any
+
+
+def _guarded(operation, timeout: float | None):
+    attempt = getattr(_LOCAL, "attempt", None)
+    return operation(timeout) if attempt is None else attempt.run(operation, timeout)
+
+
+class _GuardedStream:
+    """A connection of the client: each read, write and TLS handshake within the current
+    attempt's deadline, each byte read counted against its cap. Writes go in pieces, so that a
+    server that reads slowly meets the deadline too."""
+
+    PIECE = 1 << 16
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        attempt = getattr(_LOCAL, "attempt", None)
+        if attempt is None:
+            return self._inner.read(max_bytes, timeout)
+        data = attempt.run(lambda t: self._inner.read(max_bytes, t), timeout)
+        attempt.count(len(data))
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        view = memoryview(buffer)
+        for start in range(0, len(view), self.PIECE):
+            piece = view[start:start + self.PIECE]
+            _guarded(lambda t: self._inner.write(piece, t), timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        return _GuardedStream(_guarded(
+            lambda t: self._inner.start_tls(ssl_context, server_hostname, t), timeout))
+
+    def get_extra_info(self, info: str):
+        return self._inner.get_extra_info(info)
+
+
+class _GuardedBackend:
+    """The client's network backend, its connections guarded (`_GuardedStream`)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        return _GuardedStream(_guarded(lambda t: self._inner.connect_tcp(
+            host, port, timeout=t, local_address=local_address, socket_options=socket_options),
+            timeout))
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        return _GuardedStream(_guarded(lambda t: self._inner.connect_unix_socket(
+            path, timeout=t, socket_options=socket_options), timeout))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _guard(http_client) -> None:
+    """Put `_GuardedBackend` under every connection pool of the openai client's HTTP client
+    (its own, and one per proxy the environment names). httpx lets a pool be given its network
+    backend but gives the client's pools no such option, so this sets the pools' attribute;
+    a client that does not have one is refused here rather than run without a deadline."""
+    transports = [getattr(http_client, "_transport", None),
+                  *getattr(http_client, "_mounts", {}).values()]
+    for transport in transports:
+        if transport is None:  # a pattern that goes without a proxy: the client's own
+            continue
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is None:
+            raise ImportError(f"this version of the openai client's HTTP library "
+                              f"({type(transport).__module__}) keeps its connections where the "
+                              "model arm cannot put a deadline on them; install the pinned "
+                              "versions (constraints.txt)")
+        if not isinstance(backend, _GuardedBackend):
+            pool._network_backend = _GuardedBackend(backend)
+
+
+def _uncompressed(response) -> None:
+    """A response hook: a compressed body is refused (its size on the wire, which the cap
+    counts, says nothing of what it inflates to; the request asked for `identity`)."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise _Cut(f"a compressed body (Content-Encoding {encoding}) though the request asked "
+                   "for identity: its size cannot be capped before it is inflated")
 
 
 # Request fields the harness sets itself: --param and --no-param may not name them.
@@ -526,8 +704,11 @@ class ModelPolicy(Policy):
         else:
             if self.endpoint is None:
                 self.endpoint = Endpoint(c)
+            room = getattr(self.transcript, "room", None)
+            room = room() if room is not None else None  # bytes the transcript has left
             try:
-                body, latency, attempts, errors = self.endpoint.complete(request, self._rng)
+                body, latency, attempts, errors = self.endpoint.complete(
+                    request, self._rng, **({} if room is None else {"room": room}))
             except ContextOverflow:
                 self._give_up("context_overflow")
             line = {"turn": turn, "request_sha": sha, "new_messages": messages[self._sent:],

@@ -1,8 +1,8 @@
 """Every policy by its spec (`agents/spec.py` parses them): the project's scripted policies,
-open-loop plans, saved stable-baselines3 models (loading a model unpickles code: load only
-files you trust) and policies from outside the project, graded in their own process
-(`agents/external.py`). A language model (`model:NAME`) needs an endpoint: `python -m eval
-model` builds it (`agents/model.py`)."""
+open-loop plans, saved stable-baselines3 models (loaded as data, no pickle of the archive run,
+unless `allow_pickle`: `agents/learned.py`) and policies from outside the project, graded in
+their own process (`agents/external.py`). A language model (`model:NAME`) needs an endpoint:
+`python -m eval model` builds it (`agents/model.py`)."""
 
 from __future__ import annotations
 
@@ -20,16 +20,19 @@ def is_unprivileged_scripted(spec: str) -> bool:
     return cls is not None and not cls.privileged
 
 
-def make_policy(spec: str | PolicySpec, sandbox: bool = True) -> Policy:
+def make_policy(spec: str | PolicySpec, sandbox: bool = True,
+                allow_pickle: bool = False) -> Policy:
     """The policy a spec names; an outside one runs in the operating-system sandbox unless
-    `sandbox` is False (`agents/sandbox.py`)."""
+    `sandbox` is False (`agents/sandbox.py`); a saved model is loaded as data unless
+    `allow_pickle` is True, which runs the pickles inside its archive, in this process
+    (`agents/learned.py`: for files one trusts)."""
     parsed = spec if isinstance(spec, PolicySpec) else PolicySpec.parse(spec)
     if parsed.kind == "outside":
         return ExternalPolicy(parsed, sandbox=sandbox)
     if parsed.learned:
         from .learned import load_sb3
         return load_sb3(parsed.target, greedy=parsed.kind.endswith("-greedy"),
-                        kind=parsed.kind.removesuffix("-greedy"))
+                        kind=parsed.kind.removesuffix("-greedy"), allow_pickle=allow_pickle)
     if parsed.kind == "model":
         raise ValueError(f"{parsed} is a language model: grade it with python -m eval model "
                          "--model NAME --base-url URL")

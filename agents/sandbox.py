@@ -11,23 +11,32 @@ Python (docs/trust.md):
    filesystem read-only and made of only what the policy needs (the interpreter and its
    site-packages, the repository's `agents/` and `finality_gym/`, the policy's own file or
    package); no `$HOME`, no results folder; the grader's environment never passed.
-2. The process the cases are forked from (the host's zygote) enters, once, a user and mount
-   namespace of its own with `/proc` hidden (`isolate_worker`). Every case (`isolate_case`,
-   called in the fork that plays it) then gets its own pid namespace (it is pid 1 and can name
-   no other process: not the process it was forked from, not the host), no capability, a
-   seccomp filter (no new process, only threads; no System V or POSIX message-queue IPC object,
-   which outlive processes; no keyring, no ptrace, no mount) and resource limits (address
-   space, file size, CPU time, open files). Its writable places are the scratch folder
-   (`/scratch`, its `$TMPDIR` and `$HOME`) and `/dev/shm`, both size-capped tmpfs that the host
-   empties after every case, before the next is forked (`wipe`); everything else, `/tmp` and
-   `/dev` included, is read-only. Nothing a case writes or starts outlives it, and it can
-   signal no process but itself. (Its sockets die with it: the network namespace of the
-   policy's process, which has no route out, is enough.)
+2. The process the cases are forked from (the host's zygote, a fork server) enters, once, a
+   user and mount namespace of its own with `/proc` hidden and the host's socket folder
+   read-only (`isolate_worker`), then a seccomp filter of its own (no ptrace, no reading another
+   process's memory, no waiting for a child's exit status: the import may have left hooks that
+   run in it, so it is treated as the policy's code). Every case is two forks away from it: the
+   first (`enter_case`) makes fresh pid and mount namespaces and mounts a fresh, size-capped
+   tmpfs on the scratch folder (`/scratch`, the case's `$TMPDIR` and `$HOME`) and on `/dev/shm`,
+   then forks the case as pid 1 of its namespace and exits; the case (`restrict_case`) connects
+   to the host, keeps only that socket and the capped stderr relay, then takes limits (address
+   space, file size, CPU time, open files), drops every capability and takes the case filter
+   (no new process, only threads; no new socket; no System V or POSIX message-queue IPC object;
+   no keyring, no ptrace, no mount, no namespace). Nothing of a writable place, not its times,
+   modes, extended attributes or inode numbers, reaches the next case: each gets new ones. No
+   socket, abstract or not, is shared between cases: a case makes none, and holds only its own.
 
-   Why not fresh user and mount namespaces per case, as before: they cost 5 ms a case here,
-   and the seccomp filter built per case another 6 (Python touching its pages in a fresh
-   fork); the namespaces and the filter are now made once, and a case pays for its pid
-   namespace and one more fork only (`benchmarks/outside_policy.py`).
+   The host, which never imports the policy, checks every case from `/proc` before it hands it
+   its brief (`case_problems`: pid 1 of a new pid namespace, its own mount
+   namespace, the filter, no capability, one thread, only its own descriptors, no shared
+   writable mapping) and ends it by killing its pid namespace once the grader says the case
+   ended; it refuses a policy whose import, or whose fork server, leaves any other process
+   (`others`).
+
+   (A per-case user namespace and a seccomp filter built per case were measured at 11 ms a
+   case and are made once in the fork server; a network namespace per case another 1.5 ms, so a
+   case makes no socket instead; fresh pid and mount namespaces and two tmpfs cost about 0.5 ms
+   more than the pid namespace alone: `benchmarks/outside_policy.py`.)
 
 `unavailable()` says what is missing where the sandbox cannot start (no `bwrap`, user
 namespaces disabled); `self_test()` proves it from inside before the first case.
@@ -39,11 +48,14 @@ import ctypes
 import json
 import os
 import platform
+import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
 import sys
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -53,9 +65,13 @@ SUBMISSION = "/submission"  # where a policy file is shown inside the sandbox
 # A case's writable scratch space ($TMPDIR, $HOME), private to it. /tmp itself is read-only (it
 # may hold the repository or the interpreter: a clone under /tmp must keep working).
 SCRATCH = "/scratch"
+# Where the host listens for its cases (a tmpfs of the host's; read-only to the policy's code).
+HOSTDIR = "/run/finality"
 MEMORY_MB = 4096  # address space of a case; FINALITY_POLICY_MEMORY_MB changes it
 FILE_MB = 64      # the largest file a case may write, and its /tmp and /dev/shm
 OPEN_FILES = 256
+MAX_LINE = 1 << 20  # the longest protocol line a case may send (a call is a few hundred bytes)
+STDERR_CASE, STDERR_TOTAL = 64 << 10, 1 << 20  # what of a policy's standard error is relayed
 PASSED = ("FINALITY_POLICY_TIMEOUT", "FINALITY_POLICY_MEMORY_MB")  # the limits, set outside
 CASE_ID = 1000  # the user and group the policy's process and its cases run as, inside
 
@@ -112,7 +128,8 @@ def command(argv: list[str], shown: dict[str, str], env: dict[str, str]) -> list
         args += ["--ro-bind", outside, inside]
     size = ["--size", str(FILE_MB << 20)] if _sizes_tmpfs() else []
     args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", SCRATCH, *size, "--tmpfs",
-             "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/",
+             "/dev/shm", "--tmpfs", HOSTDIR, "--remount-ro", "/dev", "--remount-ro", "/",
+             "--chdir", "/",
              "--clearenv"]
     for key, value in {**env, "TMPDIR": SCRATCH, "HOME": SCRATCH,
                        "FINALITY_SANDBOX": "1"}.items():
@@ -126,23 +143,6 @@ def _sizes_tmpfs() -> bool:
     shown = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], capture_output=True,
                            text=True)
     return "--size" in shown.stdout + shown.stderr
-
-
-def wipe() -> None:
-    """Empty the places a case may write (the scratch folder, /dev/shm), after it ended and
-    before the next is forked: no process of the ended case is left to write there (a case
-    starts none), and nothing it wrote is read, only removed. Most cases write nothing; what
-    one left is removed by `rm` (which handles any depth), its permissions given back first (a
-    case may have taken its own write permission away from a folder)."""
-    for place in (SCRATCH, "/dev/shm"):
-        with os.scandir(place) as found:
-            left = [entry.path for entry in found]
-        if not left:
-            continue
-        subprocess.run(["chmod", "-R", "u+rwx", *left], capture_output=True)
-        subprocess.run(["rm", "-rf", "--one-file-system", *left], capture_output=True)
-        if os.listdir(place):
-            raise OSError(f"sandbox: could not empty {place} after a case")
 
 
 def shown_for(target: str, source: Path) -> tuple[dict[str, str], str, str, list[str],
@@ -182,20 +182,26 @@ def layers() -> dict:
                        "capabilities dropped; read-only filesystem of the interpreter, the "
                        "repository's agents/ and finality_gym/, and the policy's own code; "
                        "a bare environment",
-            "case": "forked from a process in its own user and mount namespaces with /proc "
-                    "hidden; own pid namespace; writable only $TMPDIR (/scratch) and /dev/shm, "
-                    + ("64 MiB tmpfs each, " if _sizes_tmpfs() else "tmpfs (not size-capped: "
-                       "bwrap older than 0.8), ")
-                    + "emptied after every case; /tmp and /dev read-only; no new processes, "
-                    "namespaces, mounts, System V or message-queue IPC, keyrings or ptrace "
-                    "(seccomp)",
+            "case": "forked from a fork server in its own user and mount namespaces with /proc "
+                    "hidden, filtered itself (no ptrace, no reading of other processes' memory "
+                    "or exit statuses); own pid and mount namespaces; writable only "
+                    "$TMPDIR (/scratch) and /dev/shm, a fresh 64 MiB tmpfs each; /tmp and /dev "
+                    "read-only; no new processes, sockets, namespaces, mounts, System V or "
+                    "message-queue IPC, keyrings or ptrace (seccomp)",
+            "channel": "one socket per case, accepted by the host and checked from /proc "
+                       "before the brief (pid namespace, filter, capabilities, descriptors, "
+                       "mappings); the case's pid namespace killed at its end; no process but "
+                       "the host and the fork server outlives a case",
+            "output": f"protocol lines at most {MAX_LINE} bytes; standard error relayed up to "
+                      f"{STDERR_CASE} bytes a case, {STDERR_TOTAL} a process",
             "limits": limits()}
 
 
 # ----------------------------------------------------------------------------- each case
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_THREAD = 0x20000, 0x10000000, 0x20000000, 0x10000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 1, 2, 4, 0x4000, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 32, 4096, 0x4000, 1 << 18)
 
 
 def _check(result: int, what: str) -> None:
@@ -208,10 +214,11 @@ _PREPARED: dict = {}  # what isolate_worker made once, for every case forked aft
 
 
 def isolate_worker() -> None:
-    """Called once in the process the cases are forked from (the host's zygote, after the
-    policy's import; single-threaded): a user and mount namespace of its own (the same user
-    inside as outside: the host is never root, whose mapping would need CAP_SETFCAP), /proc
-    hidden, the capability bounding set emptied, and every case's seccomp filter and limits
+    """Called once in the fork server (the host's zygote, after the policy's import and its
+    checks; single-threaded): a user and mount namespace of its own (the same user inside as
+    outside: the host is never root, whose mapping would need CAP_SETFCAP), /proc hidden, the
+    host's socket folder read-only, the capability bounding set emptied, exit statuses of its
+    children discarded by the kernel, its own seccomp filter, and every case's filter and limits
     built, so that a case pays only for what must be its own."""
     if platform.machine() not in _NUMBERS:
         raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
@@ -230,50 +237,131 @@ def isolate_worker() -> None:
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
     _check(_libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV,
                        b"size=4k"), "hiding /proc")
+    if os.path.isdir(HOSTDIR):  # under bwrap: the cases may connect there, never write
+        _check(_libc.mount(None, HOSTDIR.encode(), None,
+                           MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
+               "making the host's folder read-only")
     PR_CAPBSET_DROP = 24
     for cap in range(64):
         _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last one: nothing to drop
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped unread
     given = limits()
-    program = seccomp_program(platform.machine())
-    filters = (ctypes.c_ubyte * (8 * len(program)))(
-        *b"".join(struct.pack("HBBI", *ins) for ins in program))
     _PREPARED.update(
-        filters=filters,  # kept alive: the program below points into it
-        program=struct.pack("HxxxxxxP", len(program), ctypes.addressof(filters)),
         limits=[(resource.RLIMIT_AS, given["memory_mb"] << 20),
                 (resource.RLIMIT_FSIZE, given["file_mb"] << 20),
                 (resource.RLIMIT_CPU, given["cpu_s"]),
                 (resource.RLIMIT_NOFILE, given["open_files"]), (resource.RLIMIT_CORE, 0)],
-        setrlimit=resource.setrlimit,
-        capabilities=(struct.pack("Ii", 0x20080522, 0), bytes(24)))  # v3, this process: none
+        setrlimit=resource.setrlimit, close_range=_close_range,
+        capabilities=(struct.pack("Ii", 0x20080522, 0), bytes(24)),  # v3, this process: none
+        case=_filter(seccomp_program(platform.machine(), _DENIED)),
+        tmpfs=(f"size={FILE_MB}m,mode=1777" if _sizes_tmpfs() else "mode=1777").encode())
+    PR_SET_NO_NEW_PRIVS = 38
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _seccomp(_filter(seccomp_program(platform.machine(), _SERVER_DENIED, processes=True)))
 
 
-def isolate_case() -> None:
-    """Called in the fork that will play a case, before it reads its brief: from here on this
-    process is pid 1 of a pid namespace of its own (its parent waits for it and exits with its
-    status), in /scratch, with no capability, the seccomp filter and the limits. Returns in
-    that process; never in the parent. A process that did not run `isolate_worker` runs it
-    first (the self-test's probe)."""
-    isolate_worker()
-    _check(_libc.unshare(CLONE_NEWPID), "unshare")
-    pid = os.fork()  # the first child in a new pid namespace is its pid 1
-    if pid:
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):  # end as it ended, for the host to say
-            os.kill(os.getpid(), os.WTERMSIG(status))
-        os._exit(os.waitstatus_to_exitcode(status))
+def _filter(program: list) -> tuple:
+    """A seccomp program as the kernel takes it: (the instructions, kept alive, and the
+    `struct sock_fprog` pointing into them)."""
+    code = (ctypes.c_ubyte * (8 * len(program)))(
+        *b"".join(struct.pack("HBBI", *ins) for ins in program))
+    return code, struct.pack("HxxxxxxP", len(program), ctypes.addressof(code))
+
+
+def _seccomp(prepared: tuple) -> None:
+    PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prepared[1], 0, 0), "seccomp")
+
+
+def _close_range(first: int) -> None:
+    """Close every descriptor from `first` on (close_range(2); 0 on success)."""
+    _check(_libc.syscall(_SYSCALLS["close_range"], first, 0xFFFFFFFF, 0), "closing descriptors")
+
+
+def enter_case() -> None:
+    """Called in the fork server's child that starts a case: fresh pid and mount namespaces, a
+    fresh tmpfs on the scratch folder and on /dev/shm, then the case itself forked
+    as pid 1 of the new pid namespace; this process exits at once (the case is reaped by the
+    sandbox's init, never by the fork server). Returns in the case only."""
+    _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWNS), "unshare")
+    options = _PREPARED["tmpfs"]
+    for place in (SCRATCH, "/dev/shm"):
+        _check(_libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
+               f"a fresh {place}")
+    if os.fork():  # the first child in a new pid namespace is its pid 1
+        os._exit(0)
     os.chdir(SCRATCH)
+
+
+def restrict_case(channel: int) -> None:
+    """Called in the case, as pid 1 of its namespace, before it reads its brief: only standard
+    input (/dev/null), output and error (the host's capped relay) and `channel` (moved to 3) are
+    kept; then the limits, no capability, the case's seccomp filter."""
     prepared = _PREPARED
+    if channel != 3:
+        os.dup2(channel, 3, inheritable=False)
+    prepared["close_range"](4)
     for which, value in prepared["limits"]:
         prepared["setrlimit"](which, (value, value))
-    PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_SET_NO_NEW_PRIVS = 47, 4, 38
-    PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+    PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
     _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     _check(_libc.syscall(_SYSCALLS["capset"], *prepared["capabilities"]),
            "dropping capabilities")
-    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prepared["program"], 0, 0),
-           "seccomp")
+    _seccomp(prepared["case"])
+
+
+# ------------------------------------------------------------ what the host checks from /proc
+_SHARED_WRITABLE = re.compile(rb"^\S+ .w.s ", re.M)  # a line of /proc/PID/maps: rw-s, -w-s
+def _status(pid: int) -> dict[str, str]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def others(known: set[int]) -> dict[int, str]:
+    """The processes of the sandbox but pid 1 (bwrap's init) and `known`: their command lines."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != 1 and int(entry) not in known:
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:  # it ended while we looked
+                continue
+            found[int(entry)] = argv.decode(errors="replace").strip()[:80] or "?"
+    return found
+
+
+def case_problems(pid: int, server: int, relay: str) -> list[str]:
+    """What is wrong with the process `pid` that connected as a case, checked by the host from
+    /proc before the case is handed its brief: it must be pid 1 of its own pid namespace, in a
+    mount namespace other than the fork server's (`server`), under the seccomp
+    filter with no_new_privs and no capability, with one thread, only its own descriptors (0:
+    /dev/null; 1, 2: the stderr relay `relay`; 3: its socket) and no shared writable mapping:
+    anything the fork server's hooks could have slipped into it is found here."""
+    problems = []
+    try:
+        status = _status(pid)
+        if status.get("NSpid", "").split()[-1:] != ["1"] or len(status["NSpid"].split()) < 2:
+            problems.append("it is not pid 1 of a pid namespace of its own")
+        if status.get("Seccomp") != "2" or status.get("NoNewPrivs") != "1":
+            problems.append("it is not under the case's seccomp filter")
+        if int(status.get("CapEff", "1"), 16) or int(status.get("CapPrm", "1"), 16):
+            problems.append("it holds capabilities")
+        if status.get("Threads") != "1":
+            problems.append(f"it runs {status.get('Threads')} threads before its first step")
+        if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink(f"/proc/{server}/ns/mnt"):
+            problems.append("it shares the fork server's mount namespace")
+        fds = {int(f): os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")}
+        expected = {0: "/dev/null", 1: relay, 2: relay}
+        if set(fds) != {0, 1, 2, 3} or any(fds[f] != v for f, v in expected.items()) \
+                or not fds[3].startswith("socket:"):
+            problems.append(f"it holds other descriptors ({', '.join(sorted(map(str, fds)))}: "
+                            f"{', '.join(fds.values())})")
+        shared = _SHARED_WRITABLE.findall(Path(f"/proc/{pid}/maps").read_bytes())
+        if shared:
+            problems.append(f"it holds {len(shared)} shared writable mapping(s)")
+    except (OSError, KeyError, ValueError) as exc:
+        problems.append(f"it could not be checked ({exc})")
+    return problems
 
 
 # The system calls a case may not make (numbers per architecture). Processes: only threads
@@ -285,33 +373,48 @@ _NUMBERS = {
                "request_key": 249, "keyctl": 250, "unshare": 272, "setns": 308, "mount": 165,
                "umount2": 166, "pivot_root": 155, "bpf": 321, "perf_event_open": 298,
                "userfaultfd": 323, "io_uring_setup": 425, "capset": 126, "shmget": 29,
-               "semget": 64, "msgget": 68, "mq_open": 240},
+               "semget": 64, "msgget": 68, "mq_open": 240, "wait4": 61, "waitid": 247,
+               "pidfd_getfd": 438, "close_range": 436, "socket": 41, "socketpair": 53},
     "aarch64": {"clone": 220, "clone3": 435, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "add_key": 217, "request_key": 218, "keyctl": 219,
                 "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
                 "bpf": 280, "perf_event_open": 241, "userfaultfd": 282, "io_uring_setup": 425,
-                "capset": 91, "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180},
+                "capset": 91, "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180,
+                "wait4": 260, "waitid": 95, "pidfd_getfd": 438, "close_range": 436,
+                "socket": 198, "socketpair": 199},
 }
 _SYSCALLS = _NUMBERS.get(platform.machine(), {})
 _DENIED = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "add_key",
            "request_key", "keyctl", "unshare", "setns", "mount", "umount2", "pivot_root",
            "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "shmget", "semget",
-           "msgget", "mq_open")
+           "msgget", "mq_open", "pidfd_getfd", "socket", "socketpair")
+# The fork server's own: it may fork (its cases) and make namespaces and mounts (for them), but
+# its import may have left hooks that run in it, so it may not read another process (ptrace, its
+# memory, its descriptors) or a child's exit status (which a case could set to say something).
+_SERVER_DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "wait4",
+                  "waitid", "add_key", "request_key", "keyctl", "setns", "pivot_root", "bpf",
+                  "perf_event_open", "userfaultfd", "io_uring_setup", "shmget", "semget",
+                  "msgget", "mq_open")
 
 
-def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The classic-BPF filter: (code, jt, jf, k) instructions over `struct seccomp_data`."""
+def seccomp_program(machine: str, denied_names: tuple[str, ...] = _DENIED,
+                    processes: bool = False) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF filter: (code, jt, jf, k) instructions over `struct seccomp_data`; the
+    calls `denied_names` fail with EPERM, and unless `processes` so does every clone but a
+    thread's."""
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
     eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
     numbers = _NUMBERS[machine]
-    denied = [numbers[name] for name in _DENIED if name in numbers]
+    denied = [numbers[name] for name in denied_names if name in numbers]
     program = [(ld, 0, 0, 4), (jeq, 1, 0, _ARCH[machine]), (ret, 0, 0, kill),  # the arch
                (ld, 0, 0, 0),                                                     # the call
                (jge, 0, 1, 0x40000000) if machine == "x86_64" else (jeq, 0, 1, 0xFFFFFFFF),
                (ret, 0, 0, kill)]                                                 # x32 calls
     for nr in denied:
         program += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+    if processes:
+        return program + [(ret, 0, 0, allow)]
     program += [(jeq, 0, 1, numbers["clone3"]), (ret, 0, 0, enosys),
                 (jeq, 0, 4, numbers["clone"]), (ld, 0, 0, 16),  # clone's flags (low word)
                 (jset, 0, 1, CLONE_THREAD), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
@@ -324,10 +427,13 @@ class SandboxError(ValueError):
 
 
 def self_test() -> dict:
-    """Prove the sandbox from inside before the first case: a case started as a policy's
-    would be can see no process of the grader, write nowhere but its scratch folder, and reach no
-    listener the grader holds on the loopback. Returns the layers in force; raises if one of
-    these holds."""
+    """Prove the sandbox from inside before the first case: two cases started as a policy's
+    would be, through the same layers, each checked from /proc as the host checks it; the first
+    leaves marks on its writable places (a file, times, mode bits, an extended attribute) and an
+    abstract socket; from inside, a case can see no process of the grader, write nowhere but its
+    scratch folder, reach no listener the grader holds on the loopback, start no process, and
+    the second sees nothing of the first (not even by the inode number of a new file). Returns
+    the layers in force; raises if one of these holds."""
     reason = unavailable()
     if reason is not None:
         raise SandboxError(reason)
@@ -345,15 +451,14 @@ def self_test() -> dict:
         found = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         raise SandboxError(f"the sandbox's self-test did not run: {done.stderr.strip()[-300:]}")
-    broken = [what for what, held in found.items() if held]
+    broken = [what if held is True else f"{what}: {held}" for what, held in found.items() if held]
     if broken:
         raise SandboxError(f"the sandbox's self-test failed: from inside a case it {broken}")
     return layers()
 
 
-def _probe(grader_pid: int, port: int, code: str) -> dict:
-    """Run inside a case: what it can reach that it must not."""
-    isolate_case()
+def _probe(grader_pid: int, port: int, code: str, first: bool) -> dict:
+    """Run inside a case: what it can reach that it must not; the first case leaves marks."""
     found = {}
     try:
         os.kill(grader_pid, 0)
@@ -362,7 +467,7 @@ def _probe(grader_pid: int, port: int, code: str) -> dict:
         found["signalled the grader"] = False
     found["saw another process"] = any(p.isdigit() for p in os.listdir("/proc"))
     wrote = False
-    for place in (code, "/", "/usr", "/tmp"):
+    for place in (code, "/", "/usr", "/tmp", HOSTDIR):
         try:
             Path(place, ".sandbox-probe").write_text("x")
             wrote = True
@@ -379,13 +484,102 @@ def _probe(grader_pid: int, port: int, code: str) -> dict:
         found["started a process"] = True
     except OSError:
         found["started a process"] = False
+    new = Path(SCRATCH, "mark")
+    new.write_text("x")
+    found["inode"] = new.stat().st_ino
+    try:  # none: no case can reach another's
+        abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError:
+        abstract = None
+    found["made a socket"] = abstract is not None
+    if first:
+        os.utime(SCRATCH, (1, 1))
+        os.chmod("/dev/shm", 0o700)
+        Path("/dev/shm/mark").write_text("x")
+        try:
+            os.setxattr(SCRATCH, "user.mark", b"x")
+        except OSError:  # a tmpfs without user xattrs: nothing to carry there
+            pass
+        if abstract is not None:
+            abstract.bind("\0finality-self-test")
+            abstract.listen(1)
+        return found
+    seen = (sorted(os.listdir(SCRATCH)) != ["mark"] or os.listdir("/dev/shm")
+            or os.stat(SCRATCH).st_mtime == 1 or os.stat("/dev/shm").st_mode & 0o777 != 0o777)
+    try:
+        seen = seen or bool(os.listxattr(SCRATCH))
+    except OSError:
+        pass
+    try:
+        if abstract is not None:
+            abstract.connect("\0finality-self-test")
+            seen = True
+    except OSError:
+        pass
+    found["saw what an earlier case left"] = bool(seen)
     return found
 
 
-if __name__ == "__main__":
-    # a case is a fork of a host that has imported the project's code (and its threads): so is
-    # the probe
-    if os.fork() == 0:
-        print(json.dumps(_probe(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])), flush=True)
+def _self_test_cases(argv: list[str]) -> dict:
+    """Inside bwrap: the host's part of two cases (a fork server, a listener, the checks)."""
+    grader_pid, port, code = int(argv[0]), int(argv[1]), argv[2]
+    address = f"{HOSTDIR}/self-test"
+    null = os.open(os.devnull, os.O_RDONLY)
+    read_end, write_end = os.pipe()
+    server = os.fork()
+    if server == 0:
+        os.dup2(null, 0)
+        os.dup2(write_end, 1)
+        os.dup2(write_end, 2)
+        _close_range(3)
+        isolate_worker()
+        for first in (True, False):
+            time.sleep(0.05 if not first else 0)
+            if os.fork() == 0:
+                enter_case()
+                channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                channel.connect(address)
+                restrict_case(channel.detach())
+                with socket.socket(fileno=3) as channel:
+                    channel.sendall(b"r")  # restricted: check me
+                    channel.recv(1)  # checked: go on
+                    channel.sendall(json.dumps(_probe(grader_pid, port, code, first)).encode())
+                    channel.recv(1)
+                os._exit(0)
+            time.sleep(1.0)  # ... the host kills the first case before asking for the second
         os._exit(0)
-    os.wait()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(2)
+    listener.settimeout(30)
+    findings, inodes, problems = {}, [], []
+    relay = f"pipe:[{os.fstat(read_end).st_ino}]"
+    for _ in range(2):
+        channel, _ = listener.accept()
+        pid = struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                     12))[0]
+        channel.settimeout(30)
+        channel.recv(1)
+        problems += case_problems(pid, server, relay)
+        channel.sendall(b"g")
+        said = b""
+        while not said.endswith(b"}"):
+            said += channel.recv(65536) or b"}"
+        found = json.loads(said)
+        inodes.append(found.pop("inode"))
+        for what, held in found.items():
+            findings[what] = findings.get(what, False) or held
+        os.kill(pid, signal.SIGKILL)
+        channel.close()
+        deadline = time.monotonic() + 2
+        while others({os.getpid(), server}) and time.monotonic() < deadline:
+            time.sleep(0.001)
+    findings["told apart by inode numbers"] = len(set(inodes)) > 1
+    findings["left a process running"] = bool(others({os.getpid(), server}))
+    findings["failed the host's checks"] = problems or False
+    os.kill(server, signal.SIGKILL)
+    return findings
+
+
+if __name__ == "__main__":
+    print(json.dumps(_self_test_cases(sys.argv[1:])), flush=True)

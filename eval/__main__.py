@@ -26,7 +26,8 @@ from agents.spec import split_specs
 from finality_gym import PROBE_ARMS, SPLITS, load_corpus
 from finality_gym.corpus import PRIVATE
 
-from agents.model import ConfigurationError, ModelConfig
+from agents.model import (DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TRANSCRIPT_BYTES,
+                          ConfigurationError, ModelConfig)
 
 from . import (ablation, baselines, costs, headline, import_inspect, model_arm, plans, show,
                tuning, versus, view)
@@ -136,9 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--policies", type=split_specs, action="extend", default=None,
                    help="policy specs, comma-separated or repeated (default: the nine): names, "
                         "sop:poll_interval=30,max_polls=6, plan:60,original,120,ship, ppo:PATH "
-                        "or sb3:PATH (a saved model of PPO, or of any SB3 algorithm: trusted "
-                        "files only, it unpickles code), FILE.py:CLASS or MODULE:CLASS (your own "
+                        "or sb3:PATH (a saved model of PPO, or of any SB3 algorithm, read as "
+                        "data: no pickle in it runs), FILE.py:CLASS or MODULE:CLASS (your own "
                         "Policy, graded in its own process, in the sandbox)")
+    h.add_argument("--trust-pickles", action="store_true",
+                   help="load ppo:/sb3: models by unpickling them, as stable-baselines3 does "
+                        "(code in the file runs in the grader: trusted files only; recorded in "
+                        "run.json; refused for --split private); only for a model whose "
+                        "fields exist only as pickles")
     h.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
     h.add_argument("--tasks", type=lambda text: tuple(t for t in text.split(",") if t),
                    default=None, help="only these task ids, comma-separated (a quick look or a "
@@ -184,8 +190,19 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--max-tokens", type=int, default=1024, help="per response")
     m.add_argument("--max-total-tokens", type=int, default=None,
                    help="per episode; reaching it lapses the case (agent_status token_cap)")
-    m.add_argument("--timeout", type=float, default=120.0, help="seconds per request attempt")
+    m.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds: a deadline for each request attempt as a whole (connecting, "
+                        "sending, reading), not for each read; past it the attempt is cut and "
+                        "retried (default 120)")
     m.add_argument("--max-retries", type=int, default=6, help="per request, for transient errors")
+    m.add_argument("--max-response-bytes", type=int, default=DEFAULT_MAX_RESPONSE_BYTES,
+                   metavar="N", help="bytes a response may take over the wire, headers "
+                   "included; reading stops past it and the attempt is retried (default "
+                   f"{DEFAULT_MAX_RESPONSE_BYTES}, 8 MiB)")
+    m.add_argument("--max-transcript-bytes", type=int, default=DEFAULT_MAX_TRANSCRIPT_BYTES,
+                   metavar="N", help="bytes an episode's transcript may take; past it the "
+                   "episode is not graded (exit 3; re-run with a larger cap to complete it) "
+                   f"(default {DEFAULT_MAX_TRANSCRIPT_BYTES}, 64 MiB)")
     args = parser.parse_args(argv)
     progress = not getattr(args, "no_progress", False)
     started = time.perf_counter()
@@ -197,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             headline.run(args.out, args.workers, progress, split=args.split, seeds=args.seeds,
                          policies=tuple(args.policies or HEADLINE), probe=args.probe,
                          master_seed=master_seed(args), backend=args.backend,
-                         sandbox=args.sandbox == "on", tasks=args.tasks)
+                         sandbox=args.sandbox == "on", tasks=args.tasks,
+                         trust_pickles=args.trust_pickles)
         elif args.command == "show":
             return show.main(args)
         elif args.command == "baselines":
@@ -220,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                                  params=tuple(_param(text) for text in args.param),
                                  no_params=tuple(args.no_param), price_in=args.price_in,
                                  price_out=args.price_out, max_cost=args.max_cost,
-                                 max_retries=args.max_retries)
+                                 max_retries=args.max_retries,
+                                 max_response_bytes=args.max_response_bytes,
+                                 max_transcript_bytes=args.max_transcript_bytes)
             model_arm.run(args.out, config, split=args.split, subset=args.subset,
                           seeds=args.seeds, probe=args.probe, concurrency=args.concurrency,
                           workers=args.workers, progress=progress, backend=args.backend)

@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 from agents import Policy, PolicyError, PolicySpec, make_policy, play
 from agents import sandbox
 from agents.external import ExternalPolicy, PolicyLoadError
+from agents.learned import normalization_file
 from finality_gym import FaultProfile, Task, load_corpus
 from finality_gym.corpus import PRIVATE, use_private
 from finality_gym.economics import DEFAULT_COSTS, Costs
@@ -54,6 +55,10 @@ class RunConfig:
     master_seed: int | None = field(default=None, repr=False, compare=False)
     # Outside policies run in the operating-system sandbox (agents/sandbox.py) unless False.
     sandbox: bool = True
+    # Saved models loaded by unpickling, as stable-baselines3 does (code in the file runs in the
+    # grader): only with --trust-pickles, never on the private split. By default they load as
+    # data (agents/learned.py).
+    trust_pickles: bool = False
 
     def __post_init__(self) -> None:
         if (self.split == PRIVATE) != (self.master_seed is not None):
@@ -63,6 +68,9 @@ class RunConfig:
         if self.split == PRIVATE and not self.sandbox:
             raise ValueError("--sandbox off is refused for --split private: a policy outside "
                              "the sandbox can read the grader's memory, and with it the split")
+        if self.split == PRIVATE and self.trust_pickles:
+            raise ValueError("--trust-pickles is refused for --split private: a model's pickles "
+                             "would run in the grader's process, which holds the master seed")
         if self.master_seed is not None:
             use_private(self.master_seed)
         if not self.policies:
@@ -81,10 +89,13 @@ class RunConfig:
             corpus.task(task_id)
 
     def manifest(self) -> dict:
-        """The part a resumed run must share with the original (the policies may differ)."""
+        """The part a resumed run must share with the original (the policies may differ); the
+        unpickling loader is recorded only where it was used (older folders resume as they
+        were)."""
         return {"split": self.split, "fingerprint": load_corpus(self.split).fingerprint,
                 "seeds": list(self.seeds), "probe": self.probe, "faults": self.faults.to_dict(),
-                "costs": self.costs.to_dict(), "tasks": None if self.tasks is None else list(self.tasks)}
+                "costs": self.costs.to_dict(), "tasks": None if self.tasks is None else list(self.tasks),
+                **({"trust_pickles": True} if self.trust_pickles else {})}
 
     def cases(self) -> list[tuple[str, int]]:
         """Every (task id, seed) each policy of the run is graded on."""
@@ -99,9 +110,18 @@ class RunConfig:
 
 def input_identity(spec: str) -> str | None:
     """The content hash of what a spec loads from disk (a model file, an outside policy's
-    code), or None for the project's own policies."""
-    source = PolicySpec.parse(spec).source()
-    return None if source is None else hashlib.sha256(source.read_bytes()).hexdigest()
+    code; a model's observation normalization beside it too), or None for the project's own
+    policies."""
+    parsed = PolicySpec.parse(spec)
+    source = parsed.source()
+    if source is None:
+        return None
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    normalization = normalization_file(source) if parsed.learned else None
+    if normalization is None:
+        return digest
+    both = source.read_bytes() + b"\0" + normalization.read_bytes()
+    return hashlib.sha256(both).hexdigest()
 
 
 def grade_row(policy: Policy, name: str, task: Task, seed: int, config: RunConfig) -> dict:
@@ -111,6 +131,8 @@ def grade_row(policy: Policy, name: str, task: Task, seed: int, config: RunConfi
     was graded (`replay`) to show it."""
     episode = play(policy, task, seed, faults=config.faults, probe=config.probe,
                    costs=config.costs)
+    if isinstance(policy, ExternalPolicy):
+        policy.finish()  # the host ends the case; one that sent past its end fails here
     record = episode.record()
     return {"policy": name, **record.to_dict(), "label": failure_label(record), **policy.stats(),
             "calls": compact_calls(episode.history)}
@@ -165,10 +187,11 @@ def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
     stopped the chunk, if any (the lines of the jobs done before it stay good).
 
     A chunk holding an outside policy's jobs runs them in an order drawn from the operating
-    system's entropy, never recorded: the job order is public (policy, task, seed in corpus
-    order), so a policy that counted its cases could otherwise tell which task, and which half
-    of a twin pair, it holds. Every episode depends only on its (task, seed), and the lines
-    still come out in job order, so the file is the same."""
+    system's entropy, never recorded, in a process of its own (closed at the chunk's end): the
+    job order is public (policy, task, seed in corpus order), so a policy that counted its cases
+    could otherwise tell which task, and which half of a twin pair, it holds, or which chunk.
+    Every episode depends only on its (task, seed), and the lines still come out in job order,
+    so the file is the same."""
     config, jobs, inputs = args
     if config.master_seed is not None:  # a worker started fresh does not have it yet
         use_private(config.master_seed)
@@ -181,10 +204,11 @@ def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
     for i in order:
         spec, task_id, seed = jobs[i]
         try:
-            cached = (spec, inputs.get(spec), config.sandbox)
+            cached = (spec, inputs.get(spec), config.sandbox, config.trust_pickles)
             policy = _POLICIES.get(cached)
             if policy is None:
-                policy = make_policy(spec, sandbox=config.sandbox)
+                policy = make_policy(spec, sandbox=config.sandbox,
+                                     allow_pickle=config.trust_pickles)
                 if isinstance(policy, ExternalPolicy) and policy.digest != inputs[spec]:
                     raise PolicyLoadError(f"{spec} could not be loaded: its file changed after "
                                           "the run pinned its hash")
@@ -198,21 +222,14 @@ def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
             error = f"policy {spec!r} failed on task {task_id} seed {seed}: {what}"
             break
         done[i] = seal(row)
+    _close_external()
     return [done[i] for i in sorted(done)], error
 
 
 def _close_external() -> None:
-    """Outside policies get a fresh process for every run."""
+    """Outside policies get a fresh process for every chunk."""
     for k in [k for k, p in _POLICIES.items() if isinstance(p, ExternalPolicy)]:
         _POLICIES.pop(k).close()
-
-
-def _run_chunk_alone(args: tuple) -> tuple[list[str], str | None]:
-    """A chunk in a long-lived Ray worker: outside policies' processes do not outlive it."""
-    try:
-        return _run_chunk(args)
-    finally:
-        _close_external()
 
 
 def _in_processes(config: RunConfig, todo: list, inputs: dict, workers: int,
@@ -222,7 +239,7 @@ def _in_processes(config: RunConfig, todo: list, inputs: dict, workers: int,
     chunks = ((config, todo[i:i + CHUNK], inputs) for i in range(0, len(todo), CHUNK))
     if backend == "ray":
         from .distributed import ordered_map
-        results = ordered_map(_run_chunk_alone, chunks, workers)
+        results = ordered_map(_run_chunk, chunks, workers)
     elif workers == 1:
         results = map(_run_chunk, chunks)
     else:
@@ -302,7 +319,8 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
                     else "off"}
     if isinstance(backend, str):
         for spec in config.policies:  # fail now, not in a worker: an outside policy's code is
-            policy = make_policy(spec, sandbox=config.sandbox)  # loaded once, then let go
+            policy = make_policy(spec, sandbox=config.sandbox,  # loaded once, then let go
+                                 allow_pickle=config.trust_pickles)
             if isinstance(policy, ExternalPolicy):
                 policy.preflight()
     inputs = {spec: digest for spec in config.policies

@@ -36,12 +36,14 @@ def recorded(config: RunConfig, out: Path) -> tuple[list[dict], list[str]]:
 def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public",
         seeds: int = 5, policies: tuple[str, ...] = HEADLINE, probe: str = "full",
         master_seed: int | None = None, echo: bool = True, backend: str = "local",
-        sandbox: bool = True, tasks: tuple[str, ...] | None = None) -> dict:
+        sandbox: bool = True, tasks: tuple[str, ...] | None = None,
+        trust_pickles: bool = False) -> dict:
     """Grade into `out` and write the summary, report and figures; `echo` prints the table."""
     if seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {seeds}")
     config = RunConfig(policies=policies, split=split, seeds=tuple(range(seeds)), probe=probe,
-                       master_seed=master_seed, sandbox=sandbox, tasks=tasks)
+                       master_seed=master_seed, sandbox=sandbox, tasks=tasks,
+                       trust_pickles=trust_pickles)
     corpus = load_corpus(split)
     if echo:
         print(f"split {split}: fingerprint {corpus.fingerprint}, "
@@ -54,6 +56,8 @@ def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public
     pinned = json.loads((out / "run.json").read_text())
     if "sandbox" in pinned:  # outside policies were graded: in which sandbox
         summary["sandbox"] = pinned["sandbox"]
+    if pinned.get("trust_pickles"):  # models were loaded by unpickling them
+        summary["trust_pickles"] = True
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "report.md").write_text(report_markdown(summary, "Headline evaluation"))
     figure_exact_vs_pass(summary, out / "exact_vs_pass.png")

@@ -9,9 +9,9 @@ sampling settings and caps, the hashes of the system prompt and of the tool tabl
 under any other one is refused), `episodes.jsonl` (the model's graded rows: the headline's
 fields plus `requests`, `replayed`, `retries`, `invalid_turns`, `tokens_in`, `tokens_out`,
 `tokens_reasoning` and `tokens_cached` (where the server reports them, else 0),
-`agent_status`), `transcripts/TASK__seedS.jsonl` (every request and response), `scripted/` (the
-scripted policies' grading on the same tasks), and once every episode is graded,
-`summary.json`, `report.md` and `model_arm.png`.
+`agent_status`), `transcripts/TASK__seedS.jsonl` (every request and response, each file at most
+`--max-transcript-bytes`), `scripted/` (the scripted policies' grading on the same tasks), and
+once every episode is graded, `summary.json`, `report.md` and `model_arm.png`.
 
 Episodes run in threads (`--concurrency`) through the shared grader's own loop (`grade` with
 `Threads`); rows are written in job order as they complete, so
@@ -23,6 +23,7 @@ non-zero, and re-running completes it (replaying its recorded turns without a re
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from finality_gym.tools import tools_hash
 from .grader import MAX_WORKERS, RunConfig, Threads, grade
 from .headline import HEADLINE
 from .runfolder import read_rows, write_atomic
-from .report import _ci, _money, _pct, pyplot, report_markdown, table
+from .report import _ci, _money, _pct, md_name, pyplot, report_markdown, table
 from .summary import summarize
 
 SUBSET_SINGLETONS = 4      # per archetype
@@ -88,7 +89,8 @@ def manifest_fields(config: ModelConfig, sent: dict | None = None,
     variable or the retry schedule, which decide no row."""
     data = asdict(config)
     for name in ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s",
-                 "backoff_max_s", "max_cost"):  # a larger budget may complete a run
+                 "backoff_max_s", "max_cost",  # a larger budget may complete a run
+                 "max_response_bytes", "max_transcript_bytes"):  # and so may larger caps
         del data[name]
     data["params"] = {key: json.loads(text) for key, text in config.params}
     data["no_params"] = list(config.no_params)
@@ -127,13 +129,36 @@ class Transcript:
     (the body as received), `usage`, `latency_s`, `attempts`, `errors` (the transient failures
     before it), `served_model`. `recorded(turn, sha)` returns a line to replay, or None and cuts
     the file there, so what follows is live.
+
+    The file may grow to `max_bytes` (`--max-transcript-bytes`): `room()` is what a response
+    may still take (the endpoint cuts one that is larger, an endpoint failure, retried), and a
+    line that would carry the file past the cap is not written: either way the episode ends in
+    an `InfrastructureError` (no row; the same command with a larger cap completes it).
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, max_bytes: int | None = None):
         self.path = path
+        self.max_bytes = max_bytes
         self.lines = read_transcript(path) if path.exists() else []
         if path.exists() and not path.read_bytes().endswith(b"\n") and path.stat().st_size:
             self._rewrite()  # a torn last line (a killed run) is dropped
+        self.size = path.stat().st_size if path.exists() else 0
+
+    def room(self) -> int | None:
+        """The bytes the file has left under its cap (None: no cap); none left is the
+        episode's infrastructure error."""
+        if self.max_bytes is None:
+            return None
+        if self.size >= self.max_bytes:
+            raise self._full(0)
+        return self.max_bytes - self.size
+
+    def _full(self, adding: int) -> InfrastructureError:
+        return InfrastructureError(
+            f"the episode's transcript would pass the --max-transcript-bytes cap of "
+            f"{self.max_bytes:,} bytes ({self.size:,} written"
+            + (f", a {adding:,}-byte turn to add" if adding else "") + "); re-run with a larger "
+            "cap to complete the episode")
 
     def recorded(self, turn: int, request_sha: str) -> dict | None:
         if turn < len(self.lines) and self.lines[turn]["request_sha"] == request_sha:
@@ -144,14 +169,19 @@ class Transcript:
         return None
 
     def append(self, line: dict) -> None:
+        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+        if self.max_bytes is not None and self.size + len(data) > self.max_bytes:
+            raise self._full(len(data))
         self.lines.append(line)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+        with open(self.path, "ab") as f:
+            f.write(data)
+        self.size += len(data)
 
     def _rewrite(self) -> None:
-        write_atomic(self.path,
-                     "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in self.lines))
+        data = "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in self.lines)
+        write_atomic(self.path, data)
+        self.size = len(data.encode())
 
 
 def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int = 1,
@@ -176,7 +206,8 @@ def grade_model(config: ModelConfig, rc: RunConfig, out: Path, concurrency: int 
         budget = Budget(config.max_cost, sum(r.get("cost_microusd", 0) for r in rows))
 
     def policy(spec: str, task_id: str, seed: int) -> ModelPolicy:
-        transcript = Transcript(out / "transcripts" / f"{task_id}__seed{seed}.jsonl")
+        transcript = Transcript(out / "transcripts" / f"{task_id}__seed{seed}.jsonl",
+                                config.max_transcript_bytes)
         return ModelPolicy(config, endpoint[0], transcript, budget)
 
     return grade(rc, out, progress=progress, desc="model",
@@ -271,7 +302,8 @@ def model_table(summary: dict) -> str:
     rows = []
     for name, p in pols.items():
         vs = p["vs_baseline"]
-        rows.append([name, _pct(p["exact"]), f"{_money(p['mean_gap'])} {_ci(p['mean_gap_ci'])}",
+        rows.append([md_name(name, cell=True), _pct(p["exact"]),
+                     f"{_money(p['mean_gap'])} {_ci(p['mean_gap_ci'])}",
                      f"{_money(vs['mean_gap_diff'])} {_ci(vs['mean_gap_diff_ci'])}",
                      f"{_money(p['paired']['settle'])} / {_money(p['paired']['fail'])}",
                      _pct(arm[name]["premature"]), _pct(arm[name]["probe_used"]),
@@ -283,13 +315,14 @@ def model_table(summary: dict) -> str:
 def model_report(summary: dict) -> str:
     m = summary["model"]
     arm = summary["model_arm"][f"model:{m['name']}"]
-    lines = [f"# Model arm: {m['name']}", "",
-             f"Served as {', '.join(m['served_as']) or '?'} at `{m['base_url']}`; every request "
-             f"carried `{json.dumps(m.get('sent', {}), sort_keys=True)}` besides the "
+    lines = [f"# Model arm: {md_name(m['name'])}", "",
+             f"Served as {', '.join(map(md_name, m['served_as'])) or '?'} at "
+             f"{md_name(m['base_url'])}; every request carried "
+             f"{md_name(json.dumps(m.get('sent', {}), sort_keys=True))} besides the "
              f"conversation, system prompt `{m['prompt_sha']}`, tools `{m['tools_sha']}`. Probe "
              f"arm `{summary['probe']}`. The scripted policies are graded on exactly the "
              f"episodes the model was.", "",
-             *[f"- The endpoint's terms, learned at preflight: {line}." for line in
+             *[f"- The endpoint's terms, learned at preflight: {_learned(line)}." for line in
                m.get("learned", [])], *([""] if m.get("learned") else []),
              model_table(summary), "",
              f"Per episode: {arm['requests_per_episode']} requests, "
@@ -297,9 +330,20 @@ def model_report(summary: dict) -> str:
              f"cached), {arm['tokens_out_per_episode']:,} out ("
              f"{arm['tokens_reasoning_per_episode']:,} reasoning); cost ${arm['cost_usd']:.4f} in "
              f"all, ${arm['cost_per_episode_usd']:.6f} an episode (at the prices given; 0 "
-             "without); {arm['retries']} retried requests and {arm['invalid_turns']} invalid turns in "
-             f"all; agent status {arm['agent_status']}.", ""]
+             f"without); {arm['retries']} retried requests and {arm['invalid_turns']} invalid "
+             f"turns in all; agent status {arm['agent_status']}.", ""]
     return "\n".join(lines) + "\n" + report_markdown(summary, "All statistics")
+
+
+def _learned(line: str) -> str:
+    """A preflight adaptation for Markdown: its field names and the endpoint's words (which
+    are the endpoint's, not ours) through `md_name`."""
+    found = re.fullmatch(r"(\S+) (sent as (\S+)|not sent) \(refused: (.*)\)", line, re.S)
+    if found is None:
+        return md_name(line)
+    field, how, replacement, detail = found.groups()
+    how = f"sent as {md_name(replacement)}" if replacement else how
+    return f"{md_name(field)} {how} (refused: {md_name(detail)})"
 
 
 def figure(summary: dict, path: Path) -> None:

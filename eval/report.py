@@ -1,8 +1,30 @@
-"""The headline's tables (printed, and in `report.md`) and matplotlib figures from a summary."""
+"""The headline's tables (printed, and in `report.md`) and matplotlib figures from a summary.
+
+Names in Markdown. A policy's name or spec is the submitter's text (an outside policy's spec is
+its file's path: `outside/<img src=x onerror=alert(1)>/p.py:P`), and operators publish
+`report.md` through Markdown renderers, so every name goes into Markdown through `md_name`:
+
+- a plain name, letters and digits joined by single `_ . : , = + - /` (every built-in name and
+  spec: `finality_gate`, `sop:poll_interval=30,max_polls=6`, `ppo:models/ppo_full.zip`,
+  `model:gpt-4o-mini`), is written as it is: no HTML, entity, emphasis (an `_` only ever
+  stands between two letters or digits, where CommonMark never reads it as emphasis), link or
+  table syntax can be made of those characters, and the reports and tables already written
+  keep their text (`| react |`); a name starting with `www.` is not plain (GFM would link it);
+- any other name is a CommonMark code span, whose content a renderer shows literally (no
+  HTML, no emphasis, no link): its fence is one backtick longer than the longest run of
+  backticks in the name, a space pads it where the name begins or ends with a backtick or a
+  space (one is stripped from each side again), characters that cannot be shown (a line
+  break, which would end a table's row) are written as Python escapes (`\\n`), and in a table
+  cell every `|` is escaped as `\\|`, which GFM's tables require even inside a code span (and
+  show as `|`).
+
+The printed headline (`headline_table`, a terminal's text) writes names as they are.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -25,6 +47,23 @@ COGS_NOTE = (
     "carries more cogs than any policy that refuses or misses such sales; only shipping orders "
     "that are never paid gives more. liability is money held beyond the goods delivered, dispute "
     "the fee it draws, escalation the specialist's fee. Compare policies by gap.")
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9]+(?:[_.:,=+/-][A-Za-z0-9]+)*")
+
+
+def md_name(name: str, cell: bool = False) -> str:
+    """`name` as Markdown that shows it and nothing else (see the module's docstring); `cell`:
+    for a table's cell."""
+    name = str(name)
+    if _PLAIN.fullmatch(name) and not name.lower().startswith("www."):
+        return name
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", shown)), default=0) + 1)
+    if shown[:1] in ("`", " ") or shown[-1:] in ("`", " ") or not shown:
+        shown = f" {shown} "
+    span = f"{fence}{shown}{fence}"
+    return span.replace("|", "\\|") if cell else span
 
 
 def save(out: Path, name: str, result: dict, report: str) -> None:
@@ -79,10 +118,11 @@ def _vs_baseline(name: str, p: dict) -> str:
     return f"{vs['mean_gap_diff']:+,.2f} {_ci(vs['mean_gap_diff_ci'])}"
 
 
-def legend(summary: dict, full: bool) -> list[str]:
+def legend(summary: dict, full: bool, name=str) -> list[str]:
     """What the headline table's columns mean, one item each; `full` for report.md's table, which
     adds the paired halves. The reference's own premature rate is explained where it is shown,
-    since a reader meets it before any definition."""
+    since a reader meets it before any definition. `name` writes a policy's name (`md_name`
+    for Markdown)."""
     pols, k, base = summary["policies"], len(summary["seeds"]), _baseline(summary)
     items = [
         "gap: excess loss in dollars per episode against the privileged reference (the "
@@ -100,8 +140,8 @@ def legend(summary: dict, full: bool) -> list[str]:
         chosen = ("the best unprivileged scripted policy of the run by mean gap"
                   if base == best_scripted({n: p["mean_gap"] for n, p in pols.items()})
                   else "the baseline this run names")
-        items.append(f"vs baseline: mean gap minus that of {base}, {chosen}, with the paired "
-                     f"95% CI; below 0 is a lower loss than {base}.")
+        items.append(f"vs baseline: mean gap minus that of {name(base)}, {chosen}, with the "
+                     f"paired 95% CI; below 0 is a lower loss than {name(base)}.")
     if full:
         items.append("paired settle / fail: mean gap on the settling and on the failing halves "
                      "of the twin pairs (the same case, the card settles or fails); avg: their "
@@ -110,9 +150,9 @@ def legend(summary: dict, full: bool) -> list[str]:
                  "fresh retry, a lapse) taken before t_det, the time the original capture's "
                  "outcome is determined; before it no tool can tell the outcome.")
     if FinalityOracle.name in pols:
-        premature += (f" {FinalityOracle.name} is the privileged reference: told the capture's "
-                      f"fate, it acts at hand-over (t={HANDOVER_AT}), before t_det on most "
-                      "tasks, so its premature rate is by design, not a mistake.")
+        premature += (f" {name(FinalityOracle.name)} is the privileged reference: told the "
+                      f"capture's fate, it acts at hand-over (t={HANDOVER_AT}), before t_det on "
+                      "most tasks, so its premature rate is by design, not a mistake.")
     items.append(premature)
     if not full:
         items.append("Paired halves, per-archetype figures, loss breakdown, failure labels: "
@@ -145,7 +185,8 @@ def statistics_table(summary: dict) -> str:
               *(["vs baseline $ [95% CI]"] if base else [])]
     rows = []
     for name, p in pols.items():
-        rows.append([name, _pct(p["exact"]), _ci(p["exact_ci"], _pct), _money(p["mean_gap"]),
+        rows.append([md_name(name, cell=True), _pct(p["exact"]), _ci(p["exact_ci"], _pct),
+                     _money(p["mean_gap"]),
                      _ci(p["mean_gap_ci"]), _pct(p["pass_k"][-1]), _money(p["paired"]["settle"]),
                      _money(p["paired"]["fail"]), _money(p["paired"]["average"]),
                      _pct(p["premature"]), *([_vs_baseline(name, p)] if base else [])])
@@ -153,24 +194,30 @@ def statistics_table(summary: dict) -> str:
 
 
 def _sandbox_line(summary: dict) -> list[str]:
-    """Where outside policies ran: said in the header, since a grade means little without it."""
+    """Where outside policies ran, and how models were loaded: said in the header, since a grade
+    means little without it."""
+    pickles = (["**Models unpickled** (`--trust-pickles`): code in the model files ran in the "
+                "grader's process. Do not publish this grade as a leaderboard result.", ""]
+               if summary.get("trust_pickles") else [])
     if "sandbox" not in summary:
-        return []
+        return pickles
     box = summary["sandbox"]
     if box == "off":
         return ["**Sandbox: off.** Outside policies ran as plain processes of the grader's user "
                 "(`--sandbox off`): they could read the grader's memory and leave state for "
-                "later cases. Do not publish this grade as a leaderboard result.", ""]
+                "later cases. Do not publish this grade as a leaderboard result.", "", *pickles]
+    channel = f" Each case's channel: {box['channel']}." if "channel" in box else ""
     return [f"**Sandbox: on** ({box['tool']}; self-tested before the first case). Each policy's "
-            f"process: {box['process']}. Each case: {box['case']}. Limits per case: "
+            f"process: {box['process']}. Each case: {box['case']}.{channel} Limits per case: "
             f"{box['limits']['memory_mb']} MiB address space, {box['limits']['file_mb']} MiB "
             f"files, {box['limits']['cpu_s']} s CPU, {box['limits']['open_files']} open files.",
-            ""]
+            "", *pickles]
 
 
 def report_markdown(summary: dict, title: str) -> str:
     pols = summary["policies"]
     k = len(summary["seeds"])
+    cell = lambda name: md_name(name, cell=True)  # noqa: E731
     parts = [f"# {title}", "",
              f"Split `{summary['split']}` (fingerprint `{summary['fingerprint']}`), seeds "
              f"{summary['seeds']}, {summary['episodes']} graded episodes. Intervals: "
@@ -179,28 +226,29 @@ def report_markdown(summary: dict, title: str) -> str:
              f"{summary['bootstrap']['seed']}. Money in dollars; gap = reference position - "
              "achieved position.", "", *_sandbox_line(summary), "## Headline", "",
              statistics_table(summary), "",
-             *(f"- {item}" for item in legend(summary, full=True)), "",
+             *(f"- {item}" for item in legend(summary, full=True, name=md_name)), "",
              "## pass^k (tau-bench estimator)", "",
              table(["policy"] + [f"pass^{i}" for i in range(1, k + 1)],
-                    [[n] + [_pct(x) for x in p["pass_k"]] for n, p in pols.items()]), ""]
+                    [[cell(n)] + [_pct(x) for x in p["pass_k"]] for n, p in pols.items()]), ""]
     archetypes = [a for a in ARCHETYPES if any(a in p["per_archetype"] for p in pols.values())]
     for metric, fmt, label in (("exact", _pct, "exact rate"), ("mean_gap", _money, "mean gap $")):
         parts += [f"## Per archetype: {label}", "",
                   table(["policy"] + archetypes,
-                         [[n] + [fmt(p["per_archetype"][a][metric]) if a in p["per_archetype"]
+                         [[cell(n)] + [fmt(p["per_archetype"][a][metric]) if a in p["per_archetype"]
                                  else "" for a in archetypes] for n, p in pols.items()]), ""]
     parts += ["## Loss breakdown (mean $ per episode)", "",
               table(["policy", "cogs", "liability", "dispute", "escalation"],
-                     [[n] + [_money(p["loss_breakdown"][c]) for c in
+                     [[cell(n)] + [_money(p["loss_breakdown"][c]) for c in
                              ("cogs", "liability", "dispute", "escalation")]
                       for n, p in pols.items()]), "", COGS_NOTE, "",
               "## What kind of mistake (episodes per failure label)", "",
               table(["policy"] + list(LABELS),
-                     [[n] + [str(p["failure_labels"][lab]) for lab in LABELS]
+                     [[cell(n)] + [str(p["failure_labels"][lab]) for lab in LABELS]
                       for n, p in pols.items()]), "",
               "## Rankings", "",
-              f"- by exact rate: {', '.join(summary['rankings']['by_exact'])}",
-              f"- by paired loss: {', '.join(summary['rankings']['by_paired_loss'])}",
+              f"- by exact rate: {', '.join(map(md_name, summary['rankings']['by_exact']))}",
+              "- by paired loss: "
+              f"{', '.join(map(md_name, summary['rankings']['by_paired_loss']))}",
               f"- places where they disagree: {summary['rankings']['disagreements']}", ""]
     return "\n".join(parts)
 

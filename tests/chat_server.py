@@ -22,7 +22,8 @@ Hooks, both optional:
 - `faults(n, body) -> Fault | None`, for the n-th chat request (from 0, over every POST to
   /v1/chat/completions, preflights included, in arrival order), consulted right after the body
   is read: an error status with an OpenAI-style body and headers, a dropped connection, an
-  unreadable 200 body, or a stall before the normal answer.
+  unreadable 200 body, a stall before the normal answer, a trickle (the headers, or only part
+  of them, then one byte at a time), or a flood (an answer hundreds of MB long, streamed).
 - `misbehave(turn, next_call) -> kind | None`, per scripted-model reply: one of `MISBEHAVIOURS`,
   a malformed reply instead of or besides the right call. The `*_for_wait`, `string_int` and
   `float_int` kinds apply only when the next call is a `wait`, and `trailing_call` only when the
@@ -68,7 +69,8 @@ from agents.model import PREFLIGHT
 from finality_gym.episode import check_call
 from finality_gym.world import DISPOSITIONS
 
-FAULT_KINDS = ("status", "drop", "garbage", "stall")
+FAULT_KINDS = ("status", "drop", "garbage", "stall", "trickle", "trickle_head", "flood")
+FLOOD_CHUNK = 1 << 20
 OVERFLOW_STYLES = ("openai", "vllm", "llamacpp", "anthropic", "413")
 GARBAGE = b'{"choices": [ this is not json'
 WAIT_ONLY = ("string_int", "float_int", "empty_args_for_wait", "empty_object_for_wait")
@@ -85,19 +87,32 @@ class Fault:
     """One injected infrastructure fault. `status`: answer `status` with an OpenAI-style error
     body and `headers` (e.g. `{"Retry-After": "0"}`); `drop`: close the connection without a
     response; `garbage`: a 200 whose body is not JSON; `stall`: sleep `seconds`, then answer
-    normally (the client has usually timed out by then)."""
+    normally (the client has usually timed out by then).
+
+    The hostile ones, each bounded so that a test's server always stops: `trickle`: a 200's
+    headers (announcing a `size`-byte JSON body), then one byte of it every `seconds`, at most
+    `size` bytes, until the client goes or the server closes; `trickle_head`: the same, but the
+    status line and headers themselves one byte every `seconds` (they never end); `flood`: the
+    normal answer (a `status` 200) or an error body (any other `status`), with `size` bytes of
+    padding in it (the assistant's content, or the error's message), streamed in 1 MiB writes
+    until it is sent, the client goes or the server closes; with `headers`
+    `{"Content-Encoding": "gzip"}` the body goes gzip-compressed (a few hundred KB on the wire
+    for hundreds of MB decoded)."""
 
     kind: str
     status: int = 500
     headers: Mapping[str, str] = field(default_factory=dict)
     seconds: float = 1.0
     message: str | None = None
+    size: int = 600  # trickle: bytes announced and sent at most; flood: bytes of padding
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r}; valid: {', '.join(FAULT_KINDS)}")
         if not 100 <= self.status <= 599:
             raise ValueError(f"status must be an HTTP status, got {self.status}")
+        if self.size < 0:
+            raise ValueError(f"size must be >= 0, got {self.size}")
 
 
 def fault_schedule(faults: Mapping[int, Fault]) -> Callable[[int, dict], Fault | None]:
@@ -544,6 +559,30 @@ def _emit(turn: int, call: tuple[str, dict], kind: str | None) -> tuple[str | No
                      f"{', '.join(MISBEHAVIOURS)}")
 
 
+def _flood_parts(head: bytes, size: int, tail: bytes, gzip: bool):
+    """`head`, `size` bytes of padding, `tail`, in 1 MiB pieces, made as they are sent (a
+    flood of hundreds of MB never sits in the server's memory); gzip-compressed if asked."""
+    def plain():
+        yield head
+        left = size
+        chunk = b"a" * FLOOD_CHUNK
+        while left > 0:
+            yield chunk[:left]
+            left -= len(chunk)
+        yield tail
+
+    if not gzip:
+        yield from plain()
+        return
+    import zlib
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    for part in plain():
+        packed = packer.compress(part)
+        if packed:
+            yield packed
+    yield packer.flush()
+
+
 # --------------------------------------------------------------------- HTTP
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
@@ -645,6 +684,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(fault.status, _HTTPError(fault.status, message, type_, code).body(),
                                 fault.headers)
                 return
+            if fault.kind in ("trickle", "trickle_head"):
+                self._trickle(fault)
+                return
+            if fault.kind == "flood":
+                self._flood(chat, n, body, fault)
+                return
             chat._closing.wait(fault.seconds)  # stall, then answer normally
         try:
             data = chat._complete(n, body, self.headers.get("Authorization"))
@@ -658,6 +703,66 @@ class _Handler(BaseHTTPRequestHandler):
                                             "server_error").body())
         else:
             self._send_json(200, data)
+
+    def _trickle(self, fault: Fault) -> None:
+        """Headers (or, for `trickle_head`, not even all of them), then a byte every
+        `fault.seconds`: at most `fault.size` bytes, until the client goes or the server
+        closes."""
+        self.close_connection = True
+        chat: ChatServer = self.server.chat
+        if fault.kind == "trickle":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(fault.size))
+            self.end_headers()
+            drip = b" " * fault.size  # JSON's leading whitespace: a valid prefix of a body
+        else:
+            drip = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: "
+                    + b"a" * fault.size)[:fault.size]
+        try:
+            self.wfile.flush()
+            for i in range(len(drip)):
+                self.wfile.write(drip[i:i + 1])
+                self.wfile.flush()
+                if chat._closing.wait(fault.seconds):
+                    return
+        except OSError:  # the client went away: what it should do
+            return
+
+    def _flood(self, chat: "ChatServer", n: int, body: dict, fault: Fault) -> None:
+        """The answer with `fault.size` bytes of padding in it, streamed."""
+        self.close_connection = True
+        marker = "\u0000PADDING\u0000"
+        if fault.status == 200:
+            try:
+                data = chat._complete(n, body, self.headers.get("Authorization"))
+            except _HTTPError as exc:
+                self._send_json(exc.status, exc.body())
+                return
+            data["choices"][0]["message"]["content"] = marker
+        else:
+            type_, code = _error_kind(fault.status)
+            data = _HTTPError(fault.status, marker, type_, code).body()
+        head, tail = json.dumps(data).encode().split(json.dumps(marker).encode())
+        gzip = dict(fault.headers).get("Content-Encoding") == "gzip"
+        parts = _flood_parts(head + b'"', fault.size, b'"' + tail, gzip)
+        self.send_response(fault.status)
+        self.send_header("Content-Type", "application/json")
+        for name, value in fault.headers.items():
+            self.send_header(name, str(value))
+        if gzip:  # no Content-Length: the body ends when the connection does
+            self.send_header("Connection", "close")
+        else:
+            self.send_header("Content-Length", str(len(head) + fault.size + len(tail) + 2))
+        self.end_headers()
+        try:
+            for part in parts:
+                if chat._closing.is_set():
+                    return
+                self.wfile.write(part)
+            self.wfile.flush()
+        except OSError:  # the client stopped reading and closed: what it should do
+            return
 
     def _not_found(self) -> None:
         self._send_json(404, _HTTPError(404, f"Invalid URL ({self.command} {self.path})").body())

@@ -521,10 +521,11 @@ def test_no_policy_kills_the_process_it_was_forked_from(tmp_path, sandbox):
     if sandbox == "on":
         all_refund(run, spec)
         assert "Traceback" not in run.stderr, run
-    else:  # the host is gone: the next case fails, named
+    else:  # the host is gone, so its case fails, named (it cannot even say it shipped: the
+        # host alone speaks to the grader)
         assert run.code == 2, run
         assert re.search(rf"{re.escape(spec)}.* failed on task \S+ seed 0", run.stderr), run
-        assert run.dispositions(spec)["ship"] >= 1
+        assert run.dispositions(spec).get("refund", 0) == 0, run.dispositions(spec)
 
 
 @pytest.mark.parametrize("sandbox", SANDBOX)

@@ -242,13 +242,16 @@ def test_a_model_for_something_else_is_refused_by_name(archives, name, problem, 
 
 
 def test_the_class_comes_from_the_archive_not_its_name(archives, monkeypatch):
-    """`ppo_model.zip` holds an A2C model: A2C's own `load` reads it, and `ppo:` refuses it."""
+    """`ppo_model.zip` holds an A2C model: it is graded as A2C (its rows are A2C's, above), read
+    as data, or by A2C's own `load` where pickles are allowed; `ppo:` refuses it."""
     path = archives["paths"]["renamed"]
     loaded = []
     load = A2C.load.__func__
     monkeypatch.setattr(A2C, "load", classmethod(
         lambda cls, *args, **kwargs: loaded.append(cls) or load(cls, *args, **kwargs)))
     assert make_policy(f"sb3:{path}").name == f"sb3:{path}"
+    assert loaded == []
+    assert make_policy(f"sb3:{path}", allow_pickle=True).name == f"sb3:{path}"
     assert loaded == [A2C]
     with pytest.raises(ValueError, match=f"{path} was trained by A2C, not PPO or MaskablePPO"):
         make_policy(f"ppo:{path}")
