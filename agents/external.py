@@ -72,6 +72,7 @@ class ExternalPolicy(Policy):
         self._shown: tuple[str, str] | None = None  # (inside, outside) names of its files
         self._buffer = b""
         self._active = False
+        self._new_chunk = False
 
     # ----------------------------------------------------------------- the process
     def preflight(self) -> None:
@@ -129,6 +130,7 @@ class ExternalPolicy(Policy):
                     pass
             self.proc = None
         self._active = False
+        self._new_chunk = False
 
     def _send(self, message: dict) -> None:
         try:
@@ -173,10 +175,22 @@ class ExternalPolicy(Policy):
         return self._unloadable(starting) if doing is None else PolicyError(playing)
 
     # ----------------------------------------------------------------- the policy interface
+    def new_chunk(self) -> None:
+        """The next case starts a new chunk of work: its process imports the policy afresh (a
+        new fork server), so nothing a fork server could count or keep reaches another chunk."""
+        self._new_chunk = self.proc is not None
+
     def reset(self, brief: Brief) -> None:
         if self.proc is None:
             self._start()
         self.finish()  # a case the runner did not finish (`play` outside the grader)
+        if self._new_chunk:
+            self._new_chunk = False
+            self._send({"chunk": True})
+            message = self._read(time.monotonic() + STARTUP_S, None)
+            if not isinstance(message.get("ready"), str):
+                self.close()
+                raise self._unloadable(message.get("unloadable", f"it said {message!r}"))
         self.brief = brief
         self._deadline = time.monotonic() + self.timeout_s
         self._token = secrets.token_hex(8)

@@ -57,18 +57,17 @@ import importlib
 import importlib.util
 import json
 import os
+import secrets
 import select
-import shutil
 import signal
 import socket
 import struct
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from agents.sandbox import HOSTDIR, MAX_LINE, STDERR_CASE, STDERR_TOTAL
+from agents.sandbox import MAX_LINE, STDERR_CASE, STDERR_TOTAL
 
 
 class Refused(Exception):
@@ -158,7 +157,8 @@ def _play(cls, brief: dict, read, send) -> None:
 def _state(protocol: set[int]) -> dict:
     """What a process holds that could carry something from one fork of it to the next: its
     threads, its file descriptors (beyond `protocol`), its writable shared mappings, its signal
-    handlers (native and Python's), and Python's tracing and collection hooks."""
+    handlers (native and Python's), Python's tracing and collection hooks, its namespaces, root,
+    working directory and mounts (a filesystem mounted at import would be every case's)."""
     fds = {int(f) for f in os.listdir("/proc/self/fd")} - protocol
     status = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text()
                   .splitlines() if ":\t" in line)
@@ -172,6 +172,10 @@ def _state(protocol: set[int]) -> dict:
                             tuple(signal.getsignal(s) for s in signal.valid_signals()
                                   if s not in (signal.SIGKILL, signal.SIGSTOP))),
         "hooks": (sys.gettrace(), sys.getprofile(), tuple(gc.callbacks)),
+        "namespaces": (tuple(os.readlink(f"/proc/self/ns/{ns}")
+                             for ns in sorted(os.listdir("/proc/self/ns"))),
+                       os.readlink("/proc/self/root"), os.getcwd()),
+        "mounts": Path("/proc/self/mountinfo").read_text(),
     }
 
 
@@ -193,6 +197,10 @@ def left_by_import(before: dict, after: dict) -> list[str]:
         found.append("signal handlers set")
     if after["hooks"] != before["hooks"]:
         found.append("a tracing, profiling or garbage-collection hook set")
+    if after["namespaces"] != before["namespaces"]:
+        found.append("its namespaces, root or working directory changed")
+    if after["mounts"] != before["mounts"]:
+        found.append("its mounts changed")
     return found
 
 
@@ -202,6 +210,10 @@ def _zygote(target: str, name: str, source: Path, digest: str, control: socket.s
     case per request on `control`; nothing else. It reads no case's data, so every case starts
     from the same state: the one the import made. Its words to the host go over `control`: b"r"
     and the class's name, or b"u" and why it cannot be loaded."""
+    sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
+    if sandboxed:
+        from agents.sandbox import enter_case, enter_worker, isolate_worker, restrict_case
+        enter_worker()
     before = _state({control.fileno()})
     try:
         cls = load_class(target, name, source, digest)
@@ -213,9 +225,7 @@ def _zygote(target: str, name: str, source: Path, digest: str, control: socket.s
         control.send(b"u" + (f"importing it left {'; '.join(left)}: each case is forked from "
                              "the imported code, so nothing may outlive the import").encode())
         return
-    sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
     if sandboxed:
-        from agents.sandbox import enter_case, isolate_worker, restrict_case
         isolate_worker()
     else:
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped unread
@@ -243,10 +253,10 @@ def _zygote(target: str, name: str, source: Path, digest: str, control: socket.s
 
 def _case(cls, channel: socket.socket) -> None:
     """One case, in its own process: say it is ready, read the brief, play."""
-    stream = channel.makefile("rwb", buffering=0)
+    stream = channel.makefile("rb")  # buffered: a line in one receive, not a byte at a time
 
     def send(message: dict) -> None:
-        stream.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        channel.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
     def read() -> dict | None:
         line = stream.readline()
@@ -270,16 +280,77 @@ class _Host:
     """The host's side of everything: the grader's pipe, the fork server's control socket, the
     listening socket, the current case's channel, and the capped relay of standard error."""
 
-    def __init__(self, protocol, control: socket.socket, zygote: int, listener: socket.socket,
-                 relay: int, sandboxed: bool):
-        self.protocol, self.control, self.zygote = protocol, control, zygote
-        self.listener, self.stderr, self.sandboxed = listener, relay, sandboxed
-        self.stderr_name = f"pipe:[{os.fstat(relay).st_ino}]"
+    def __init__(self, protocol, listener: socket.socket, address: str, relay: tuple[int, int],
+                 sandboxed: bool, policy: tuple):
+        self.protocol, self.listener, self.address = protocol, listener, address
+        self.stderr, self.stderr_write = relay
+        self.sandboxed, self.policy = sandboxed, policy
+        self.stderr_name = f"pipe:[{os.fstat(self.stderr).st_ino}]"
         self.unprepared: str | None = None  # why the next case could not be prepared
+        self.killed: tuple[int, ...] = ()  # the last case, killed: it needs no waiting for
         self.grader_buffer = b""
         self.relayed_total = self.relayed_case = 0
         self.cut = False  # whether this case's standard error was cut (said once a case)
         self.case = None  # (channel, pid, token, buffer)
+        self.control: socket.socket | None = None
+        self.zygote = 0
+
+    # ---------------------------------------------------------------- the fork server
+    def start_server(self) -> str:
+        """Fork a fresh fork server, which imports the policy; its class's name, or raises
+        `_Unloadable` with why not. A server's import may leave nothing running."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        zygote = os.fork()
+        if zygote == 0:  # nothing of the grader's channel or the host's: its output relayed
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(self.stderr_write, 1)
+            os.dup2(self.stderr_write, 2)
+            os.dup2(theirs.fileno(), 3)
+            os.closerange(4, 1 << 20)
+            sys.stdout = sys.stderr = os.fdopen(2, "w", buffering=1)
+            _zygote(*self.policy, socket.socket(fileno=3), self.address)
+            os._exit(0)
+        theirs.close()
+        self.control, self.zygote, self.killed = ours, zygote, ()
+        self.wait(ours.fileno())
+        loaded = ours.recv(_SAID + 1)
+        if not loaded.startswith(b"r"):
+            raise _Unloadable(loaded[1:].decode(errors="replace") if loaded else
+                              "loading it ended its process")
+        if self.sandboxed:
+            from agents.sandbox import others
+            left = others({os.getpid(), zygote})
+            if left:
+                raise _Unloadable(f"importing it left {len(left)} process(es) running "
+                                  f"({'; '.join(left.values())}): a case may start none, and "
+                                  "the import none that lives")
+        return loaded[1:].decode(errors="replace")
+
+    def load(self) -> bool:
+        """Start a fork server and its first case, and tell the grader: ready, with the class's
+        name, or why the code cannot be loaded. Whether it loaded."""
+        try:
+            self.send({"ready": self.start_server()})
+        except _Unloadable as exc:
+            self.send({"unloadable": str(exc)})
+            return False
+        self.unprepared = self.prepare()
+        return True
+
+    def restart(self) -> None:
+        """A fresh fork server for a new chunk of work: the last one, and any case it forked,
+        killed and gone first (it had no writable place, so it leaves nothing behind)."""
+        if self.case is not None:
+            self.end_case()
+        self.control.close()
+        os.kill(self.zygote, signal.SIGKILL)
+        os.waitpid(self.zygote, 0)
+        if self.sandboxed:
+            from agents.sandbox import others
+            deadline = time.monotonic() + LINGER_S
+            while others({os.getpid()}) and time.monotonic() < deadline:
+                time.sleep(0.001)
 
     # ---------------------------------------------------------------- waiting, with the relay
     def wait(self, fd: int, deadline: float | None = None) -> bool:
@@ -367,13 +438,15 @@ class _Host:
 
     def prepare(self) -> str | None:
         """Fork the next case, accept its connection and check it, before the grader asks for
-        it (this overlaps with the grader's own work on the last row); why not, if not. The
-        last case's processes must be gone first: a process that outlives its case is refused."""
+        it (this overlaps with the grader's own work on the last row); why not, if not. No
+        process but the host, the fork server and the last case (killed, perhaps still being
+        torn down) may be running: one that outlives its case is refused."""
         if self.sandboxed:
             from agents.sandbox import case_problems, others
-            deadline = time.monotonic() + LINGER_S
-            while (left := others({os.getpid(), self.zygote})) and time.monotonic() < deadline:
-                time.sleep(0.0002)
+            known = {os.getpid(), self.zygote, *self.killed}
+            deadline = time.monotonic() + LINGER_S  # (a process may be exiting as we look)
+            while (left := others(known)) and time.monotonic() < deadline:
+                time.sleep(0.001)
             if left:
                 return (f"a process outlived its case ({'; '.join(left.values())}): a case may "
                         "start none, and the import none that lives")
@@ -415,6 +488,7 @@ class _Host:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        self.killed = (pid,)
         channel.close()
         return overran
 
@@ -422,6 +496,11 @@ class _Host:
         """Cases, one at a time, until the grader has no further one."""
         while True:
             message = self.from_grader()
+            if "chunk" in message:  # a new chunk of work: a fresh fork server
+                self.restart()
+                if not self.load():
+                    return 1
+                continue
             if "episode" not in message:
                 return 0
             token = message["case"]
@@ -459,64 +538,26 @@ LINGER_S = 2.0     # how long a killed case's processes may take to be gone
 CASE_START_S = 30.0
 
 
+class _Unloadable(Exception):
+    """Why the policy's code could not be loaded (said to the grader as is)."""
+
+
 def main() -> int:
-    target, name, source, digest = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+    policy = (sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4])
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
-    relay_read, relay_write = os.pipe()
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
-    folder = HOSTDIR if sandboxed else tempfile.mkdtemp(prefix="finality-host-")
-    address = os.path.join(folder, f"cases-{os.getpid()}")
-    zygote = os.fork()
-    if zygote == 0:  # the fork server: nothing of the grader's channel, its output relayed
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(relay_write, 1)
-        os.dup2(relay_write, 2)
-        for fd in (null, relay_write, relay_read, protocol.fileno(), ours.fileno()):
-            os.close(fd)
-        sys.stdout = sys.stderr = os.fdopen(2, "w", buffering=1)
-        _zygote(target, name, source, digest, theirs, address)
-        os._exit(0)
-    theirs.close()
-    os.close(relay_write)
+    # An abstract socket: no file, so the policy's code needs no writable place to reach it (it
+    # has none); its name is random, and a connection that is not the case's is refused.
+    address = f"\0finality-host-{secrets.token_hex(8)}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(4)
-    host = _Host(protocol, ours, zygote, listener, relay_read, sandboxed)
+    host = _Host(protocol, listener, address, os.pipe(), sandboxed, policy)
     try:
-        host.wait(ours.fileno())
-        loaded = ours.recv(_SAID + 1)
-        if not loaded.startswith(b"r"):
-            host.send({"unloadable": loaded[1:].decode(errors="replace") if loaded else
-                       "loading it ended its process"})
-            return 1
-        if sandboxed:
-            from agents.sandbox import others
-            left = others({os.getpid(), zygote})
-            if left:
-                host.send({"unloadable": f"importing it left {len(left)} process(es) running "
-                           f"({'; '.join(left.values())}): a case may start none, and the "
-                           "import none that lives"})
-                return 1
-        host.send({"ready": loaded[1:].decode(errors="replace")})
-        host.unprepared = host.prepare()
-        return host.serve()
+        return host.serve() if host.load() else 1
     except _GraderGone:  # end the fork server and a case stuck in a loop too, quietly
-        _remove(folder, address, sandboxed)
         os.killpg(0, signal.SIGKILL)
-    finally:
-        _remove(folder, address, sandboxed)
     return 0
-
-
-def _remove(folder: str, address: str, sandboxed: bool) -> None:
-    try:
-        os.unlink(address)
-    except OSError:
-        pass
-    if not sandboxed:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ Python (docs/trust.md):
    grader), no System V or POSIX IPC object of anyone else; capabilities dropped; the whole
    filesystem read-only and made of only what the policy needs (the interpreter and its
    site-packages, the repository's `agents/` and `finality_gym/`, the policy's own file or
-   package); no `$HOME`, no results folder; the grader's environment never passed.
-2. The process the cases are forked from (the host's zygote, a fork server) enters, once, a
-   user and mount namespace of its own with `/proc` hidden and the host's socket folder
-   read-only (`isolate_worker`), then a seccomp filter of its own (no ptrace, no reading another
+   package); no `$HOME`, no results folder; the grader's environment never passed. Nothing
+   there is writable, the scratch folder and /dev/shm included: the policy's import writes
+   nowhere, so one chunk's fork server leaves nothing for the next.
+2. The process the cases are forked from (the host's zygote, a fork server, one per chunk of
+   work) enters, once, a user and mount namespace of its own with `/proc` hidden
+   (`isolate_worker`), then a seccomp filter of its own (no ptrace, no reading another
    process's memory, no waiting for a child's exit status: the import may have left hooks that
    run in it, so it is treated as the policy's code). Every case is two forks away from it: the
    first (`enter_case`) makes fresh pid and mount namespaces and mounts a fresh, size-capped
@@ -27,9 +29,8 @@ Python (docs/trust.md):
    socket, abstract or not, is shared between cases: a case makes none, and holds only its own.
 
    The host, which never imports the policy, checks every case from `/proc` before it hands it
-   its brief (`case_problems`: pid 1 of a new pid namespace, its own mount
-   namespace, the filter, no capability, one thread, only its own descriptors, no shared
-   writable mapping) and ends it by killing its pid namespace once the grader says the case
+   its brief (`case_problems`: pid 1 of a new pid namespace, its own mount namespace, the
+   filter, no capability, one thread, only its own descriptors, no shared writable mapping) and ends it by killing its pid namespace once the grader says the case
    ended; it refuses a policy whose import, or whose fork server, leaves any other process
    (`others`).
 
@@ -65,8 +66,6 @@ SUBMISSION = "/submission"  # where a policy file is shown inside the sandbox
 # A case's writable scratch space ($TMPDIR, $HOME), private to it. /tmp itself is read-only (it
 # may hold the repository or the interpreter: a clone under /tmp must keep working).
 SCRATCH = "/scratch"
-# Where the host listens for its cases (a tmpfs of the host's; read-only to the policy's code).
-HOSTDIR = "/run/finality"
 MEMORY_MB = 4096  # address space of a case; FINALITY_POLICY_MEMORY_MB changes it
 FILE_MB = 64      # the largest file a case may write, and its /tmp and /dev/shm
 OPEN_FILES = 256
@@ -128,8 +127,8 @@ def command(argv: list[str], shown: dict[str, str], env: dict[str, str]) -> list
         args += ["--ro-bind", outside, inside]
     size = ["--size", str(FILE_MB << 20)] if _sizes_tmpfs() else []
     args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", SCRATCH, *size, "--tmpfs",
-             "/dev/shm", "--tmpfs", HOSTDIR, "--remount-ro", "/dev", "--remount-ro", "/",
-             "--chdir", "/",
+             "/dev/shm", "--remount-ro", SCRATCH, "--remount-ro", "/dev/shm", "--remount-ro",
+             "/dev", "--remount-ro", "/", "--chdir", "/",
              "--clearenv"]
     for key, value in {**env, "TMPDIR": SCRATCH, "HOME": SCRATCH,
                        "FINALITY_SANDBOX": "1"}.items():
@@ -213,18 +212,9 @@ def _check(result: int, what: str) -> None:
 _PREPARED: dict = {}  # what isolate_worker made once, for every case forked after it
 
 
-def isolate_worker() -> None:
-    """Called once in the fork server (the host's zygote, after the policy's import and its
-    checks; single-threaded): a user and mount namespace of its own (the same user inside as
-    outside: the host is never root, whose mapping would need CAP_SETFCAP), /proc hidden, the
-    host's socket folder read-only, the capability bounding set emptied, exit statuses of its
-    children discarded by the kernel, its own seccomp filter, and every case's filter and limits
-    built, so that a case pays only for what must be its own."""
-    if platform.machine() not in _NUMBERS:
-        raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
-    if _PREPARED:
-        return
-    import resource
+def _own_namespaces() -> None:
+    """A user and mount namespace of this process's own (the same user inside as outside: the
+    host is never root, whose mapping would need CAP_SETFCAP), its mounts private to it."""
     uid, gid = os.getuid(), os.getgid()
     _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{CASE_ID} {uid} 1"),
@@ -235,12 +225,37 @@ def isolate_worker() -> None:
         finally:
             os.close(fd)
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
+
+
+def enter_worker() -> None:
+    """Called in the fork server before the policy's import: the import gets writable places
+    of this server's own (a fresh tmpfs on the scratch folder and /dev/shm, which bwrap shows
+    read-only: nothing written there reaches another chunk's server, and no case sees it), and
+    no capability (`isolate_worker` takes a namespace of its own again after the import, for
+    the cases)."""
+    _own_namespaces()
+    options = (f"size={FILE_MB}m,mode=1777" if _sizes_tmpfs() else "mode=1777").encode()
+    for place in (SCRATCH, "/dev/shm"):
+        _check(_libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
+               f"a fresh {place}")
+    _check(_libc.syscall(_SYSCALLS["capset"], struct.pack("Ii", 0x20080522, 0), bytes(24)),
+           "dropping capabilities")
+
+
+def isolate_worker() -> None:
+    """Called once in the fork server (the host's zygote, after the policy's import and its
+    checks; single-threaded): a user and mount namespace of its own, /proc hidden, the
+    capability bounding set emptied, exit statuses of its children discarded by the kernel,
+    its own seccomp filter, and every case's filter and limits built, so that a case pays only
+    for what must be its own."""
+    if platform.machine() not in _NUMBERS:
+        raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
+    if _PREPARED:
+        return
+    import resource
+    _own_namespaces()
     _check(_libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV,
                        b"size=4k"), "hiding /proc")
-    if os.path.isdir(HOSTDIR):  # under bwrap: the cases may connect there, never write
-        _check(_libc.mount(None, HOSTDIR.encode(), None,
-                           MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
-               "making the host's folder read-only")
     PR_CAPBSET_DROP = 24
     for cap in range(64):
         _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last one: nothing to drop
@@ -467,7 +482,7 @@ def _probe(grader_pid: int, port: int, code: str, first: bool) -> dict:
         found["signalled the grader"] = False
     found["saw another process"] = any(p.isdigit() for p in os.listdir("/proc"))
     wrote = False
-    for place in (code, "/", "/usr", "/tmp", HOSTDIR):
+    for place in (code, "/", "/usr", "/tmp"):
         try:
             Path(place, ".sandbox-probe").write_text("x")
             wrote = True
@@ -523,19 +538,28 @@ def _probe(grader_pid: int, port: int, code: str, first: bool) -> dict:
 def _self_test_cases(argv: list[str]) -> dict:
     """Inside bwrap: the host's part of two cases (a fork server, a listener, the checks)."""
     grader_pid, port, code = int(argv[0]), int(argv[1]), argv[2]
-    address = f"{HOSTDIR}/self-test"
+    address = f"\0finality-self-test-{os.getpid()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(2)
+    listener.settimeout(30)
     null = os.open(os.devnull, os.O_RDONLY)
     read_end, write_end = os.pipe()
+    ours, theirs = socket.socketpair()
     server = os.fork()
-    if server == 0:
+    if server == 0:  # the fork server: a case each time the host says so
         os.dup2(null, 0)
         os.dup2(write_end, 1)
         os.dup2(write_end, 2)
-        _close_range(3)
+        os.dup2(theirs.fileno(), 3)
+        _close_range(4)
+        enter_worker()
         isolate_worker()
+        control = socket.socket(fileno=3)
         for first in (True, False):
-            time.sleep(0.05 if not first else 0)
+            control.recv(1)
             if os.fork() == 0:
+                control.close()
                 enter_case()
                 channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 channel.connect(address)
@@ -546,15 +570,13 @@ def _self_test_cases(argv: list[str]) -> dict:
                     channel.sendall(json.dumps(_probe(grader_pid, port, code, first)).encode())
                     channel.recv(1)
                 os._exit(0)
-            time.sleep(1.0)  # ... the host kills the first case before asking for the second
+        control.recv(1)  # alive until the host has checked both cases
         os._exit(0)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(address)
-    listener.listen(2)
-    listener.settimeout(30)
+    theirs.close()
     findings, inodes, problems = {}, [], []
     relay = f"pipe:[{os.fstat(read_end).st_ino}]"
     for _ in range(2):
+        ours.send(b"c")  # the first case is killed, and gone, before the second is forked
         channel, _ = listener.accept()
         pid = struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                      12))[0]

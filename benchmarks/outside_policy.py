@@ -4,7 +4,8 @@ its own process, a fork per case) without the sandbox and in it, with one and tw
 `public` x 3 seeds (963 episodes) into fresh folders; and a policy that imports torch and loads a
 stable-baselines3 model at import (`models/ppo_full.zip`, in a package of its own, so the sandbox
 shows it the model), sandboxed, two workers. Each figure is the whole `grade` call (the
-sandbox's self-test and the policy's load check included); the ratios are of one run.
+sandbox's self-test and the policy's load check included); the ratios are of one run. Last, what
+a new chunk's fork server costs (every chunk of work imports the policy afresh).
 
     .venv/bin/python benchmarks/outside_policy.py
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -42,8 +44,10 @@ class Loaded(Policy):
 
 
 def main() -> None:
+    from agents import make_policy, run_episode
     from agents.sandbox import unavailable
-    from eval.grader import RunConfig, grade
+    from finality_gym import load_corpus
+    from eval.grader import CHUNK, RunConfig, grade
     runs = [("in process", "finality_gate", True, 1),
             ("outside, no sandbox", "agents.scripted:FinalityGate", False, 1),
             ("outside, no sandbox", "agents.scripted:FinalityGate", False, 2)]
@@ -79,6 +83,22 @@ def main() -> None:
               f"{many / t_many:,.0f} episodes/s over {many} episodes, {(many - few) / (t_many - t_few):,.0f} "
               f"episodes/s once started (each of its processes imports torch and the model once: "
               f"{t_few:.1f} s for {few} episodes)", flush=True)
+    task = load_corpus("public").tasks[0]
+    for sandbox in (False, True) if unavailable() is None else (False,):
+        policy = make_policy("agents.scripted:FinalityGate", sandbox=sandbox)
+        times = {False: [], True: []}
+        for _ in range(10):
+            for fresh in (False, True):
+                if fresh:
+                    policy.new_chunk()  # the next case starts a new chunk: a new fork server
+                started = time.perf_counter()
+                run_episode(policy, task, 0)
+                times[fresh].append(time.perf_counter() - started)
+        policy.close()
+        cost = statistics.median(times[True]) - statistics.median(times[False])
+        print(f"a new chunk's fork server ({'sandboxed' if sandbox else 'no sandbox'}, medians "
+              f"of 10): {1000 * cost:.1f} ms, {1000 * cost / CHUNK:.2f} ms a case over a chunk of "
+              f"{CHUNK}", flush=True)
     for workers in (1, 2):
         if ("outside, sandboxed", workers) in rates:
             bare, boxed = rates["outside, no sandbox", workers], rates["outside, sandboxed", workers]

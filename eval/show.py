@@ -86,8 +86,8 @@ def _usd(cents: int) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", required=True,
-                        help="a policy spec: a name, sop:..., plan:..., ppo:PATH (trusted files "
-                             "only: it unpickles code), FILE.py:CLASS or MODULE:CLASS")
+                        help="a policy spec: a name, sop:..., plan:..., ppo:PATH or sb3:PATH (read "
+                             "as data), FILE.py:CLASS or MODULE:CLASS")
     parser.add_argument("--task", required=True, help="a task id of the split, e.g. "
                         "pub-000b-pending_fail")
     parser.add_argument("--seed", type=int, default=0, help="the episode (fault) seed")

@@ -8,6 +8,7 @@ the test can fail). The harness (`attack`, `headline`, the sandbox's skip-or-fai
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 
@@ -103,20 +104,28 @@ def test_a_message_past_a_cases_turn_is_an_error_naming_the_task(tmp_path, sandb
                      r"after its last)", run.stderr), run
 
 
-def test_every_chunk_gets_a_fresh_policy_process(tmp_path):
-    """A policy's process plays one chunk of work (in an unrecorded order) and is closed with
-    it, so a count of cases kept in it (by a hook of its fork server, say) never tells which
-    chunk, and so which jobs, it plays."""
+@pytest.mark.parametrize("sandbox", SANDBOX)
+def test_every_chunk_gets_a_fresh_fork_server(tmp_path, sandbox):
+    """A count of cases kept by a hook in the fork server (os_count) restarts with every chunk
+    of work, each played in an unrecorded order: it never tells which chunk, and so which jobs,
+    a case plays. Two chunks of 6 jobs through one worker's cached policy."""
+    grading(sandbox)
     import eval.grader as grader
     from agents.external import ExternalPolicy
-    spec = attack(tmp_path, "os_channel", "GraderChannel")
-    tasks = tuple(task.task_id for task in grader.load_corpus("public").tasks[:6])
-    config = grader.RunConfig((spec,), seeds=(0,), tasks=tasks, sandbox=False)
-    jobs = [(spec, task, 0) for task in tasks]
-    lines, error = grader._run_chunk((config, jobs, {spec: grader.input_identity(spec)}))
-    assert error is None and len(lines) == len(tasks), error
-    left = [p for p in grader._POLICIES.values() if isinstance(p, ExternalPolicy)]
-    assert not left, left
+    spec = attack(tmp_path, "os_count", "Count")
+    tasks = tuple(task.task_id for task in grader.load_corpus("public").tasks[:12])
+    config = grader.RunConfig((spec,), seeds=(0,), tasks=tasks, sandbox=sandbox == "on")
+    inputs = {spec: grader.input_identity(spec)}
+    counts = []
+    try:
+        for chunk in (tasks[:6], tasks[6:]):
+            lines, error = grader._run_chunk((config, [(spec, t, 0) for t in chunk], inputs))
+            assert error is None and len(lines) == len(chunk), error
+            counts.append([json.loads(line)["calls"][0][2] for line in lines])
+    finally:
+        grader._close_external()
+    assert min(counts[1]) <= 2, counts  # the second chunk counts from 1 again
+    assert not any(isinstance(p, ExternalPolicy) for p in grader._POLICIES.values())
 
 
 @pytest.mark.parametrize("sandbox", SANDBOX)
