@@ -12,6 +12,7 @@
     versus     two sweeps of one probe arm compared (say RecurrentPPO's and PPO's): A - B
     view       every graded episode of results folders, as a static site (or --serve it)
     import-inspect  an inspect_ai log of eval/inspect_task.py as a model-arm results folder
+    keygen     a private split's master seed (128 random bits) into a new file of mode 0600
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from agents.spec import split_specs
 from finality_gym import PROBE_ARMS, SPLITS, load_corpus
-from finality_gym.corpus import PRIVATE
+from finality_gym.corpus import PRIVATE, check_master_seed, new_master_seed
 
 from agents.model import (DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TRANSCRIPT_BYTES,
                           ConfigurationError, ModelConfig)
@@ -82,8 +83,13 @@ def _param(text: str) -> tuple[str, str]:
     return key, value
 
 
+MASTER_SEED_FILE_MAX = 1024  # bytes: a seed is at most 78 digits; more is not a seed file
+
+
 def master_seed(args: argparse.Namespace) -> int | None:
-    """The private split's master seed from one of its three sources, never two."""
+    """The private split's master seed from one of its three sources, never two, checked by
+    `check_master_seed` (2**127 <= seed < 2**256: `python -m eval keygen --out FILE` makes
+    one). No error shows the seed."""
     given = {"--master-seed": args.master_seed, "--master-seed-file": args.master_seed_file,
              "FINALITY_MASTER_SEED": os.environ.get("FINALITY_MASTER_SEED")}
     given = {k: v for k, v in given.items() if v is not None}
@@ -94,13 +100,43 @@ def master_seed(args: argparse.Namespace) -> int | None:
     source, value = given.popitem()
     if source == "--master-seed-file":
         try:
-            value = value.read_text().strip()
+            with open(value, "rb") as f:
+                data = f.read(MASTER_SEED_FILE_MAX + 1)
         except OSError as exc:
             raise ValueError(f"--master-seed-file {value}: {exc.strerror}") from None
+        if len(data) > MASTER_SEED_FILE_MAX:
+            raise ValueError(f"--master-seed-file {value}: over {MASTER_SEED_FILE_MAX} bytes, "
+                             "not a master seed (one decimal integer)")
+        value = data.decode("ascii", errors="replace").strip()
     try:
-        return int(value)
+        seed = int(value)
     except ValueError:
         raise ValueError(f"{source}: the master seed must be an integer") from None
+    try:
+        return check_master_seed(seed)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+
+
+def keygen(path: Path) -> None:
+    """Write a new master seed (`new_master_seed`: 128 random bits) to `path`, a file made
+    here with mode 0600 and never one that exists; print where, never the seed."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        raise ValueError(f"keygen: {path} exists; keygen never overwrites a master seed "
+                         "(move it away, or give another --out)") from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{new_master_seed()}\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    print(f"keygen: wrote a master seed (128 random bits) to {path} (mode 0600); keep it "
+          f"secret, and grade with: python -m eval headline --split private "
+          f"--master-seed-file {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="private: generated from --master-seed (for leaderboard operators)")
     h.add_argument("--master-seed-file", type=Path, default=None,
                    help="a file holding the private split's master seed (or set "
-                        "FINALITY_MASTER_SEED): only its fingerprint is printed and written, "
-                        "never the seed")
+                        "FINALITY_MASTER_SEED), at least 2**127 and below 2**256: make one "
+                        "with `python -m eval keygen --out FILE`; only its fingerprint is "
+                        "printed and written, never the seed")
     h.add_argument("--master-seed", type=int, default=None,
                    help="the master seed on the command line: WARNING, every process of the "
                         "machine can read a command line; prefer --master-seed-file")
@@ -162,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     import_inspect.add_arguments(sub.add_parser(
         "import-inspect", help="an inspect_ai log of eval/inspect_task.py as a model-arm "
                                "results folder"))
+    k = sub.add_parser("keygen", help="a private split's master seed (128 random bits) into a "
+                                      "new file of mode 0600")
+    k.add_argument("--out", type=Path, required=True,
+                   help="the file to create (never overwritten); give it to `headline --split "
+                        "private --master-seed-file`")
     m = parsers["model"]
     m.add_argument("--model", required=True, help="the model's name at the endpoint")
     m.add_argument("--base-url", required=True,
@@ -226,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
             return view.main(args)
         elif args.command == "import-inspect":
             return import_inspect.main(args)
+        elif args.command == "keygen":
+            keygen(args.out)
+            return 0
         elif args.command == "all":
             run_all(args.out, args.workers, progress, args.backend)
         elif args.command == "plans":

@@ -62,3 +62,30 @@ def ordered_map(fn: Callable, items: Iterable, workers: int) -> Iterator:
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
+
+
+def on_every_node(fn: Callable[[], object]) -> dict[str, object]:
+    """`fn()` once on every live node of the cluster that has a CPU, by host name: the sandbox's
+    self-test, which must hold where the cases run, not only where the driver does. A node where
+    it raises raises here, named."""
+    ray = require_ray()
+    connect()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def named():
+        import socket
+        return socket.gethostname(), fn()
+
+    remote = ray.remote(num_cpus=1, max_retries=0)(named)
+    nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) >= 1]
+    refs = {node["NodeManagerAddress"]: remote.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
+        for node in nodes}
+    found = {}
+    for address, ref in refs.items():
+        try:
+            host, result = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            raise type(exc.cause)(f"on the Ray node {address}: {exc.cause}") from None
+        found[host] = result
+    return found

@@ -187,7 +187,7 @@ def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
     stopped the chunk, if any (the lines of the jobs done before it stay good).
 
     A chunk holding an outside policy's jobs runs them in an order drawn from the operating
-    system's entropy, never recorded, in a process of its own (closed at the chunk's end): the
+    system's entropy, never recorded, by a fresh import of its code (a new fork server): the
     job order is public (policy, task, seed in corpus order), so a policy that counted its cases
     could otherwise tell which task, and which half of a twin pair, it holds, or which chunk.
     Every episode depends only on its (task, seed), and the lines still come out in job order,
@@ -222,14 +222,24 @@ def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
             error = f"policy {spec!r} failed on task {task_id} seed {seed}: {what}"
             break
         done[i] = seal(row)
-    _close_external()
+    for policy in _POLICIES.values():
+        if isinstance(policy, ExternalPolicy):
+            policy.new_chunk()
     return [done[i] for i in sorted(done)], error
 
 
 def _close_external() -> None:
-    """Outside policies get a fresh process for every chunk."""
+    """Outside policies get a fresh process for every run."""
     for k in [k for k, p in _POLICIES.items() if isinstance(p, ExternalPolicy)]:
         _POLICIES.pop(k).close()
+
+
+def _run_chunk_alone(args: tuple) -> tuple[list[str], str | None]:
+    """A chunk in a long-lived Ray worker: outside policies' processes do not outlive it."""
+    try:
+        return _run_chunk(args)
+    finally:
+        _close_external()
 
 
 def _in_processes(config: RunConfig, todo: list, inputs: dict, workers: int,
@@ -239,7 +249,7 @@ def _in_processes(config: RunConfig, todo: list, inputs: dict, workers: int,
     chunks = ((config, todo[i:i + CHUNK], inputs) for i in range(0, len(todo), CHUNK))
     if backend == "ray":
         from .distributed import ordered_map
-        results = ordered_map(_run_chunk, chunks, workers)
+        results = ordered_map(_run_chunk_alone, chunks, workers)
     elif workers == 1:
         results = map(_run_chunk, chunks)
     else:
@@ -317,6 +327,9 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
     if outside:  # which sandbox the outside policies were graded in, proven before any case
         manifest = {**(manifest or {}), "sandbox": sandbox.self_test() if config.sandbox
                     else "off"}
+        if backend == "ray" and config.sandbox:  # and on every node that grades, by host name
+            from .distributed import on_every_node
+            manifest["sandbox_nodes"] = on_every_node(sandbox.self_test)
     if isinstance(backend, str):
         for spec in config.policies:  # fail now, not in a worker: an outside policy's code is
             policy = make_policy(spec, sandbox=config.sandbox,  # loaded once, then let go

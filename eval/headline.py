@@ -9,7 +9,8 @@ from finality_gym import load_corpus
 
 from .grader import RunConfig, grade
 from .runfolder import read_rows
-from .report import figure_exact_vs_pass, figure_paired, headline_table, report_markdown
+from .report import (development_note, figure_exact_vs_pass, figure_paired, headline_table,
+                     report_markdown)
 from .summary import summarize
 
 # The nine policies of docs/world.md section 9: every experiment's default line-up.
@@ -64,6 +65,8 @@ def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public
     figure_paired(summary, out / "paired_halves.png")
     if echo:
         print(headline_table(summary))
+        if note := development_note(split):
+            print(note)
         print(f"rankings by exact rate and by paired loss disagree in "
               f"{summary['rankings']['disagreements']} places")
     return summary

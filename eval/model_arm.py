@@ -269,9 +269,11 @@ def run(out: Path, config: ModelConfig, split: str = "public", subset: str = "st
 
 
 def finish(out: Path, rows: list[dict], rc: RunConfig, model: dict, workers: int = 2,
-           backend: str = "local") -> dict:
+           backend: str = "local", self_reported: bool = False) -> dict:
     """The scripted policies graded on the model's episodes (into `out/scripted`), then the
-    summary (`model`: what it says of the model), the report and the figure."""
+    summary (`model`: what it says of the model), the report and the figure. `self_reported`:
+    the rows are the submitter's word (an imported inspect log, `eval/import_inspect.py`), which
+    the summary and the report say."""
     name = rc.policies[0]
     scripted_config = RunConfig(HEADLINE, split=rc.split, seeds=rc.seeds, probe=rc.probe,
                                 tasks=rc.tasks)
@@ -283,6 +285,8 @@ def finish(out: Path, rows: list[dict], rc: RunConfig, model: dict, workers: int
     summary = summarize(rows + scripted, rc.split, policies, list(rc.seeds), baseline=GATE)
     summary["probe"] = rc.probe
     summary["model"] = model
+    if self_reported:
+        summary["self_reported"] = True
     by = {p: [r for r in rows + scripted if r["policy"] == p] for p in policies}
     summary["model_arm"] = {p: arm_figures(by[p]) for p in policies}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -324,7 +328,7 @@ def model_report(summary: dict) -> str:
              f"episodes the model was.", "",
              *[f"- The endpoint's terms, learned at preflight: {_learned(line)}." for line in
                m.get("learned", [])], *([""] if m.get("learned") else []),
-             model_table(summary), "",
+             *_self_reported(summary), model_table(summary), "",
              f"Per episode: {arm['requests_per_episode']} requests, "
              f"{arm['tokens_in_per_episode']:,} tokens in ({arm['tokens_cached_per_episode']:,} "
              f"cached), {arm['tokens_out_per_episode']:,} out ("
@@ -333,6 +337,26 @@ def model_report(summary: dict) -> str:
              f"without); {arm['retries']} retried requests and {arm['invalid_turns']} invalid "
              f"turns in all; agent status {arm['agent_status']}.", ""]
     return "\n".join(lines) + "\n" + report_markdown(summary, "All statistics")
+
+
+def _self_reported(summary: dict) -> list[str]:
+    """The report's paragraph on an imported inspect log: what was checked, and what is the
+    log's own word."""
+    if not summary.get("self_reported"):
+        return []
+    m = summary["model"]
+    limit = m.get("limit")
+    cases = (f"; the log declares task arguments "
+             f"{md_name(json.dumps(m.get('task_args', {}), sort_keys=True))}, "
+             f"{m.get('epochs', 1)} epoch(s)"
+             + (f" and inspect's `--limit {limit}` (its first {limit} samples)" if limit else "")
+             + ", and holds each of their cases once")
+    return [f"**Self-reported**: imported from an inspect_ai log (sha256 "
+            f"`{m.get('log_sha256', '?')}`, task version {md_name(str(m.get('task_version')))}"
+            f"{cases}); the calls were replayed by the engine and must match the logged "
+            f"conversation, but the model was not re-run: an operator who needs a verified "
+            f"grade re-runs the model. The model's name ({md_name(str(m.get('model')))}), "
+            f"its token counts and requests, and the caps are the log's own word.", ""]
 
 
 def _learned(line: str) -> str:

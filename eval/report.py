@@ -30,6 +30,7 @@ from pathlib import Path
 
 from agents.scripted import FinalityOracle
 from finality_gym import ARCHETYPES
+from finality_gym.corpus import PRIVATE
 from finality_gym.tasks import HANDOVER_AT
 
 from .labels import LABELS
@@ -214,6 +215,17 @@ def _sandbox_line(summary: dict) -> list[str]:
             "", *pickles]
 
 
+def development_note(split: str) -> str | None:
+    """What a grade on a published split proves, said wherever it is shown: the corpus ships
+    with the package, so a policy can carry it and recognize its tasks (docs/trust.md)."""
+    if split == PRIVATE:
+        return None
+    return (f"A development figure: the `{split}` split ships with the package, so a policy that "
+            "carries the corpus can recognize its tasks and score better than it plays "
+            "(docs/trust.md shows one that beats the finality gate this way); grades that count "
+            "are graded on a private split.")
+
+
 def report_markdown(summary: dict, title: str) -> str:
     pols = summary["policies"]
     k = len(summary["seeds"])
@@ -224,7 +236,9 @@ def report_markdown(summary: dict, title: str) -> str:
              f"{summary['bootstrap']['method']}, {summary['bootstrap']['replicates']} replicates "
              f"over {summary['bootstrap']['units']} units, generator seed "
              f"{summary['bootstrap']['seed']}. Money in dollars; gap = reference position - "
-             "achieved position.", "", *_sandbox_line(summary), "## Headline", "",
+             "achieved position.", "",
+             *([f"**{note}**", ""] if (note := development_note(summary["split"])) else []),
+             *_sandbox_line(summary), "## Headline", "",
              statistics_table(summary), "",
              *(f"- {item}" for item in legend(summary, full=True, name=md_name)), "",
              "## pass^k (tau-bench estimator)", "",

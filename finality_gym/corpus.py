@@ -8,6 +8,13 @@ archetype in the order of `_SINGLETONS` (docs/world.md section 6); task ids are 
 so ids are unique across splits; NNN counts constructions, so both halves of a pair share it,
 suffixed `a` for the settling and `b` for the failing half).
 
+The private split (`use_private`) is generated from a leaderboard operator's secret master seed,
+which must lie in [2**127, 2**256) (`check_master_seed`; `new_master_seed` draws 128 random
+bits): a smaller one could be found by trying seeds until one reproduces the published
+fingerprint. Its ids are opaque: `pri-` and 12 hex digits of an HMAC-SHA256 keyed by the master
+seed (twin ids `pri-twin-` and 12 more), so they name no archetype, no half, and their sorted
+order says nothing of the order of generation; the halves of a pair still share a twin id.
+
 The fingerprint is the first 16 hex digits of the SHA-256 of the split's canonical JSON
 (sorted keys, no whitespace) of `{"split": ..., "tasks": [...]}`.
 """
@@ -15,14 +22,18 @@ The fingerprint is the first 16 hex digits of the SHA-256 of the split's canonic
 from __future__ import annotations
 
 import hashlib
+import hmac
+import itertools
 import json
 import random
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 from .tasks import ORDER_VALUES, Task
 
 SPLITS = {"public": 1729, "regenerated": 2718}
+PRIVATE = "private"  # generated from a leaderboard operator's master seed (`use_private`)
 
 # (archetype, fate or None for the unresolvable coin, t_det range, count)
 _SINGLETONS = (
@@ -79,11 +90,14 @@ def _draws(rng: random.Random, t_det_range: tuple[int, int]) -> dict:
 
 
 def generate(split: str, master_seed: int | None = None) -> tuple[Task, ...]:
-    """The tasks of a split; `master_seed` overrides the split's own (a private split)."""
+    """The tasks of a split; `master_seed` overrides the split's own (a private split, which
+    needs a master seed that passes `check_master_seed`, and gets opaque ids)."""
     if master_seed is None:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         master_seed = SPLITS[split]
+    if split == PRIVATE:
+        master_seed = check_master_seed(master_seed)
     rng = random.Random(master_seed)
     prefix = split[:3]
     tasks: list[Task] = []
@@ -115,7 +129,72 @@ def generate(split: str, master_seed: int | None = None) -> tuple[Task, ...]:
                 extra["chargeback_at"] = rng.randint(900, 1700)
             tasks.append(Task(f"{prefix}-{n:03d}-{archetype}", archetype, fate_here, **d, **extra))
             n += 1
+    if split == PRIVATE:
+        return _opaque_ids(tasks, master_seed)
     return tuple(tasks)
+
+
+# The private split's master seed: at least 2**127 (so at least 128 bits long: no seed a person
+# types, a date, a counter or a 64-bit value passes) and below 2**256 (the HMAC key's 32 bytes).
+MASTER_SEED_MIN = 1 << 127
+MASTER_SEED_LIMIT = 1 << 256
+KEYGEN = "python -m eval keygen --out FILE"
+
+
+def new_master_seed() -> int:
+    """A master seed for a private split: 128 random bits from `secrets`, above a set bit 128
+    (so it always passes `check_master_seed`, whatever the draw)."""
+    return (1 << 128) | secrets.randbits(128)
+
+
+def check_master_seed(master_seed: object) -> int:
+    """`master_seed` if it may seed a private split, else a ValueError that never shows it.
+
+    The rule: an int with 2**127 <= seed < 2**256. The fingerprint of a private split is
+    published and every task follows from the seed, so a seed small enough to enumerate can be
+    found offline by regenerating candidates until one matches the fingerprint (4242 took
+    seconds); 128 random bits cannot be."""
+    if type(master_seed) is not int:
+        raise ValueError(f"the master seed must be an int, not {type(master_seed).__name__}")
+    if not MASTER_SEED_MIN <= master_seed < MASTER_SEED_LIMIT:
+        low = master_seed < MASTER_SEED_MIN
+        raise ValueError(
+            f"the master seed is {'too small to be secret' if low else 'too large'}: it must "
+            "lie in [2**127, 2**256), so that it cannot be found by trying seeds against the "
+            f"published fingerprint; make one with 128 random bits: `{KEYGEN}`, then grade "
+            "with --master-seed-file FILE")
+    return master_seed
+
+
+def _opaque_ids(tasks: list[Task], master_seed: int) -> tuple[Task, ...]:
+    """The private split's tasks under ids keyed by its master seed: `pri-` + 12 hex digits of
+    HMAC-SHA256(seed, the task's place in the order of generation); twin ids `pri-twin-` + 12
+    hex digits of HMAC-SHA256(seed, the pair's twin id). Stable for a seed; without it they say
+    nothing (not the archetype, the half, or the place). Collisions (odds about 2**-32 a seed)
+    are settled by hashing again, so ids stay unique."""
+    key = master_seed.to_bytes(32, "big")
+    taken: set[str] = set()
+
+    def opaque(prefix: str, label: str) -> str:
+        for attempt in itertools.count():
+            digest = hmac.new(key, f"finality-gym {label} {attempt}".encode(),
+                              hashlib.sha256).hexdigest()
+            name = f"{prefix}{digest[:12]}"
+            if name not in taken:
+                taken.add(name)
+                return name
+        raise AssertionError("unreachable")
+
+    twins: dict[str, str] = {}
+    out = []
+    for i, t in enumerate(tasks):
+        changed = {"task_id": opaque(f"{PRIVATE[:3]}-", f"task {i}")}
+        if t.twin_id is not None:
+            if t.twin_id not in twins:
+                twins[t.twin_id] = opaque(f"{PRIVATE[:3]}-twin-", f"twin {t.twin_id}")
+            changed["twin_id"] = twins[t.twin_id]
+        out.append(replace(t, **changed))
+    return tuple(out)
 
 
 def canonical_json(split: str, tasks: tuple[Task, ...]) -> str:
@@ -127,19 +206,15 @@ def fingerprint(split: str, tasks: tuple[Task, ...]) -> str:
     return hashlib.sha256(canonical_json(split, tasks).encode()).hexdigest()[:16]
 
 
-PRIVATE = "private"
 _private: dict[str, Corpus] = {}
 
 
 def use_private(master_seed: int) -> Corpus:
     """Generate the private split of a leaderboard operator from a master seed no submitter has
     seen, and make it `load_corpus("private")` in this process. The seed is kept in memory only;
-    the corpus is known by its fingerprint."""
-    if type(master_seed) is not int or master_seed < 0:
-        raise ValueError(f"master seed must be a non-negative int, got {master_seed!r}")
-    if master_seed in SPLITS.values():
-        raise ValueError("that master seed generates a published split; pick an unpublished one")
-    tasks = generate(PRIVATE, master_seed)
+    the corpus is known by its fingerprint. The seed must pass `check_master_seed` (which also
+    keeps out the published splits' seeds)."""
+    tasks = generate(PRIVATE, check_master_seed(master_seed))
     _private[PRIVATE] = Corpus(PRIVATE, fingerprint(PRIVATE, tasks), tasks)
     return _private[PRIVATE]
 
@@ -155,7 +230,7 @@ def load_corpus(split: str = "public") -> Corpus:
     if split == PRIVATE:
         if PRIVATE not in _private:
             raise ValueError("the private split is generated from a master seed: give "
-                             "--master-seed (finality_gym.corpus.use_private)")
+                             "--master-seed-file (finality_gym.corpus.use_private)")
         return _private[PRIVATE]
     return _published(split)
 

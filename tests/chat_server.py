@@ -31,6 +31,12 @@ Hooks, both optional:
   call, or a call that reaches the horizon: the scripted policy knows the clock and the budget);
   otherwise the right call goes out alone.
 
+A reply, optional: `rewrite(n, body, reply) -> dict | bytes | None`, for the n-th chat request
+(numbered as for `faults`) that the scripted model answered with a 200: the `reply` it would
+send, replaced by the dict returned (sent as JSON) or by the bytes returned, sent as they are (a
+body that `json.dumps` cannot write: 200,000 brackets deep, not UTF-8, `NaN`); None sends the
+reply. A hostile endpoint's replies, for `tests/test_model_replies.py`.
+
 Provider behaviours, optional: `reasoning=True` answers as an OpenAI reasoning model does
 (`max_tokens` refused with 400 `unsupported_parameter`, naming `max_completion_tokens`; a
 `temperature` but 1 refused with 400 `unsupported_value`; usage with
@@ -157,6 +163,7 @@ class ChatServer:
                  models: tuple[str, ...] = ("scripted-model",),
                  faults: Callable[[int, dict], Fault | None] | None = None,
                  misbehave: Callable[[int, tuple], str | None] | None = None,
+                 rewrite: Callable[[int, dict, dict], dict | bytes | None] | None = None,
                  context_tokens: int | None = None, overflow: str = "openai",
                  reasoning: bool = False, signatures: bool = False):
         make_policy(policy)  # an unknown spec fails here, not in the handler
@@ -169,6 +176,7 @@ class ChatServer:
         self.models = tuple(models)
         self.faults = faults
         self.misbehave = misbehave
+        self.rewrite = rewrite
         self.errors: list[str] = []
         self.sent: collections.Counter = collections.Counter()  # misbehaviours sent, by kind
         self._lock = threading.Lock()
@@ -702,6 +710,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(500, _HTTPError(500, f"scripted model failed: {exc!r}",
                                             "server_error").body())
         else:
+            if chat.rewrite is not None:
+                try:
+                    replaced = chat.rewrite(n, body, data)
+                except Exception as exc:  # a bug in the hook: say so, as above
+                    with chat._lock:
+                        chat.errors.append("".join(traceback.format_exception(exc)))
+                    self._send_json(500, _HTTPError(500, f"rewrite failed: {exc!r}",
+                                                    "server_error").body())
+                    return
+                if isinstance(replaced, bytes):
+                    self._send(200, replaced)
+                    return
+                if replaced is not None:
+                    data = replaced
             self._send_json(200, data)
 
     def _trickle(self, fault: Fault) -> None:

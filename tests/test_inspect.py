@@ -49,7 +49,10 @@ def runs(tmp_path_factory):
         cwd = os.getcwd()
         os.chdir(ROOT)  # inspect resolves the task file relative to the working directory
         try:
+            # the base URL given, not only its variable: inspect keeps a model by its arguments,
+            # and one made for another module's server (gone) would be used again
             logs = inspect_eval("eval/inspect_task.py", model="openai-api/local/scripted-model",
+                                model_base_url=server.base_url,
                                 log_dir=str(base / "logs"), log_format="json", limit=CASES,
                                 display="none", max_connections=2, max_retries=2)
         finally:
@@ -77,6 +80,8 @@ def test_inspect_plays_the_arms_conversation_and_the_import_equals_the_arms_run(
         summary["policies"]["react"]["mean_gap"])
     pinned = json.loads((base / "imported" / "run.json").read_text())
     assert pinned["model"]["via"] == "inspect_ai" and len(pinned["tasks"]) == CASES
+    # the submitter's word, said so (tests/test_inspect_forgery.py: what is checked of it)
+    assert pinned["self_reported"] is True and summary["self_reported"] is True
     # inspect's own log holds the conversation: the reminder and the invalid call's answer
     sample = json.loads(log.read_text())["samples"][0]
     texts = [m.get("content") for m in sample["messages"]]

@@ -204,6 +204,10 @@ def test_grading_on_ray_writes_the_local_episodes_file(cluster, tmp_path):
     local = (tmp_path / "local" / "episodes.jsonl").read_bytes()
     assert local == (tmp_path / "ray" / "episodes.jsonl").read_bytes()
     assert local.count(b"\n") == 3 * 321 * 2
+    # the sandbox proved itself on every node that graded (here, the one), recorded per node
+    ray_run = json.loads((tmp_path / "ray" / "run.json").read_text())
+    assert list(ray_run["sandbox_nodes"].values()) == [ray_run["sandbox"]], ray_run
+    assert "sandbox_nodes" not in json.loads((tmp_path / "local" / "run.json").read_text())
 
 
 def test_the_eval_cli_grades_on_ray(cluster, tmp_path):
@@ -216,6 +220,7 @@ def test_the_eval_cli_grades_on_ray(cluster, tmp_path):
 
 def test_the_private_split_is_not_graded_on_ray(cluster, tmp_path):
     with pytest.raises(ValueError, match="does not grade the private split"):
-        grade(RunConfig(("finality_gate",), split="private", master_seed=7, seeds=(0,)),
+        grade(RunConfig(("finality_gate",), split="private",
+                        master_seed=0x19af95c36892739c6fe61330c9efc9e00, seeds=(0,)),
               tmp_path / "private", progress=False, backend="ray")
     assert not (tmp_path / "private").exists()

@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REDTEAM = ROOT / "tests" / "redteam"
 PLACEHOLDER = "CONFIG: dict = {}  # the test bakes its values in here"
 TASKS = 16  # every headline grading here plays these many tasks of its split once each
+PRIVATE_SEED = 0x1faa7cd053f194d1adb2d2b6dcd418dba  # a private split's master seed: 128 random bits
 
 
 def task_ids(tasks) -> tuple[str, ...]:
@@ -383,7 +384,7 @@ def test_unsandboxed_a_policy_reads_a_private_graders_master_seed(tmp_path):
     --master-seed-file PATH`, FINALITY_MASTER_SEED in its environment) gives up its seed to a
     policy graded beside it, through its command line and the file it names (relative to its
     working directory), or through its environment."""
-    seed = str(secrets.randbelow(10 ** 9))
+    seed = str(1 << 128 | secrets.randbits(128))  # a master seed as keygen draws it
     (tmp_path / "secret").mkdir()
     (tmp_path / "secret" / "seed.txt").write_text(seed + "\n")
     grader = f"{tmp_path}{os.sep}"
@@ -408,7 +409,7 @@ def test_unsandboxed_a_policy_reads_a_private_graders_master_seed(tmp_path):
 @pytest.mark.parametrize("given", ["file", "env"])
 def test_a_sandboxed_private_grading_keeps_its_master_seed(tmp_path, given):
     needs_sandbox()  # needs the sandbox
-    seed = str(10 ** 8 + secrets.randbelow(9 * 10 ** 8))  # nine digits: in no task id
+    seed = str(1 << 128 | secrets.randbits(128))  # 39 digits: in no task id (hex)
     path = tmp_path / "secret" / "seed.txt"
     path.parent.mkdir()
     path.write_text(seed + "\n")
@@ -430,11 +431,12 @@ def test_a_sandboxed_private_grading_keeps_its_master_seed(tmp_path, given):
 def test_a_private_split_is_never_graded_unsandboxed(tmp_path, given):
     needs_implementation()  # needs the sandbox (its --sandbox flag)
     path = tmp_path / "seed.txt"
-    path.write_text("12345\n")
-    run = headline(tmp_path, ["agents.scripted:FinalityGate"], "off", tasks=private_ids(12345),
+    path.write_text(f"{PRIVATE_SEED}\n")
+    run = headline(tmp_path, ["agents.scripted:FinalityGate"], "off",
+                   tasks=private_ids(PRIVATE_SEED),
                    extra=("--split", "private",
                           *(("--master-seed-file", str(path)) if given == "file" else ())),
-                   env={"FINALITY_MASTER_SEED": "12345"} if given == "env" else None)
+                   env={"FINALITY_MASTER_SEED": str(PRIVATE_SEED)} if given == "env" else None)
     assert run.code == 2, run
     assert "sandbox" in run.stderr and "Traceback" not in run.stderr, run
     assert not run.rows()

@@ -295,7 +295,7 @@ def test_serve_draws_a_picture_on_its_first_request(folders, tmp_path):
         while "serving" not in line:
             line = server.stdout.readline()
             assert line, "the server ended before serving"
-        base = re.search(r"(http://127\.0\.0\.1:\d+)/index\.html", line).group(1)
+        base = re.search(r"(http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]+)/index\.html", line).group(1)
         row = read_rows(folders / "headline" / "episodes.jsonl")[5]
         picture = f"pictures/0/0/{row['task_id']}__s{row['seed']}.png"
         assert not (out / picture).exists()

@@ -83,11 +83,32 @@ const FG = (() => {
   const num = (v, text) => el("td", { "data-v": v === null || v === undefined ? "" : v }, text);
 
   // ------------------------------------------------------------------ index
+  // What a run's figures are worth, on every page of it: an imported log is the submitter's
+  // word; a published split's tasks ship with the package (docs/trust.md).
+  const SELF_REPORTED = "imported from a log (python -m eval import-inspect): its calls replay to its records, but that the model made them is the submitter's word; re-run the model for a verified grade";
+  function marks(f) {
+    const out = [];
+    if (f.self_reported) out.push(el("span", { class: "mark self-reported", title: SELF_REPORTED }, "self-reported"));
+    if (f.development) out.push(el("span", { class: "mark development", title: "graded on a published split" }, "development figure"));
+    if (f.split === "private") out.push(el("span", { class: "mark private", title: "this site holds a run of the private split: keep it to yourself" }, "private split"));
+    return out;
+  }
+
   function folderMeta(f) {
     const bits = [`split ${f.split} (fingerprint ${f.fingerprint})`, `probe arm ${f.probe}`,
       `seeds ${(f.seeds || []).join(", ")}`, `${f.episodes.toLocaleString("en-US")} episodes`];
     if (f.sandbox) bits.push(`sandbox: ${typeof f.sandbox === "string" ? f.sandbox : json(f.sandbox)}`);
-    return el("p", { class: "meta" }, bits.join(" · "), el("br"), el("span", { class: "mono" }, f.path));
+    const m = marks(f);
+    return el("p", { class: "meta" }, m.length ? el("span", { class: "marks" }, m) : null, bits.join(" · "), el("br"), el("span", { class: "mono" }, f.path));
+  }
+
+  // The index's notes on a run's figures.
+  function notes(f) {
+    const out = [];
+    if (f.self_reported) out.push(el("p", { class: "note self-reported" }, `Self-reported: ${SELF_REPORTED}.`));
+    if (f.development) out.push(el("p", { class: "note development", "data-split": f.split },
+      `Development figure (${f.split} split): a policy that carries the corpus can memorize these tasks; grades that count are graded on a private split (docs/trust.md).`));
+    return out;
   }
 
   function policyTable(f) {
@@ -138,7 +159,7 @@ const FG = (() => {
     if (site.cost_figure) out.push(el("h2", {}, "Models: mean gap against cost per episode"),
       el("div", { class: "figures" }, el("img", { id: "cost-figure", src: site.cost_figure, alt: "mean gap against cost per episode" })));
     for (const f of site.folders) {
-      out.push(el("h2", { id: `folder-${f.id}` }, f.name), folderMeta(f));
+      out.push(el("h2", { id: `folder-${f.id}` }, f.name), folderMeta(f), ...notes(f));
       if (f.model) out.push(el("p", { class: "meta" }, `model ${f.model.name || f.model.model}` +
         (f.model.served_as ? ` (served as ${f.model.served_as.join(", ")})` : "") + (f.model.base_url ? ` at ${f.model.base_url}` : "") +
         (f.model.price_in !== null && f.model.price_in !== undefined ? ` · $${f.model.price_in} / $${f.model.price_out} per million tokens in / out` : "")));
@@ -299,6 +320,7 @@ const FG = (() => {
     const ea = da.episodes.find((x) => x.p === A[1] && x.seed === seed), eb = db.episodes.find((x) => x.p === B[1] && x.seed === seed);
     if (!ea || !eb) throw new Error(`one of the two policies has no episode of ${q.t} seed ${seed}`);
     const name = ([f, i]) => (site.folders.length > 1 ? `${f.policies[i]} (${f.name})` : f.policies[i]);
+    const marked = [A, B].filter(([f], k) => marks(f).length && (k === 0 || B[0].id !== A[0].id));
     const choices = sameCase(site, A[0], q.t, seed, -1);
     const chooser = (key) => el("select", { name: key, onchange: (e) => { location.hash = hash({ ...params(), [key]: e.target.value }); } },
       choices.map(([g, p, i]) => el("option", { value: `${g.id}.${i}`, selected: q[key] === `${g.id}.${i}` }, site.folders.length > 1 ? `${p} (${g.name})` : p)));
@@ -311,6 +333,7 @@ const FG = (() => {
       el("tfoot", {}, el("tr", {}, el("td", {}, "end"), [ea, eb].map((e) => el("td", { class: "l" }, `${e.lapsed ? "lapsed, " : ""}${e.disposition} at t=${e.end_t}: position ${usd(e.position)}, gap ${usd(e.gap)}`)))));
     show(el("h1", {}, `Side by side: ${q.t}, seed ${seed}`), el("div", { class: "filters" }, el("label", {}, "left", chooser("a")), el("label", {}, "right", chooser("b"))),
       el("p", { class: "links" }, el("a", { href: episodeUrl(A[0].id, A[1], q.t, seed) }, `${name(A)}'s episode`), el("a", { href: episodeUrl(B[0].id, B[1], q.t, seed) }, `${name(B)}'s episode`)),
+      marked.map(([f]) => el("p", { class: "meta" }, el("span", { class: "marks" }, marks(f)), f.name)),
       (ea.calls && eb.calls) ? null : el("p", { class: "note" }, "One of the two episodes has no recorded calls: " + (ea.calls ? eb.replayed : ea.replayed)), table);
     done();
   }
