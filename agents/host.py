@@ -67,7 +67,7 @@ import time
 import traceback
 from pathlib import Path
 
-from agents.sandbox import MAX_LINE, STDERR_CASE, STDERR_TOTAL
+from agents.sandbox import HOSTDIR, MAX_LINE, STDERR_CASE, STDERR_TOTAL
 
 
 class Refused(Exception):
@@ -294,6 +294,9 @@ class _Host:
         self.case = None  # (channel, pid, token, buffer)
         self.control: socket.socket | None = None
         self.zygote = 0
+        if sandboxed:  # what every case's mounts must be
+            from agents.sandbox import expected_mounts
+            self.mounts = expected_mounts()
 
     # ---------------------------------------------------------------- the fork server
     def start_server(self) -> str:
@@ -461,7 +464,7 @@ class _Host:
         if hello != {"ready": True}:
             return hello if isinstance(hello, str) else f"it said {hello!r:.120}"
         if self.sandboxed:
-            problems = case_problems(pid, self.zygote, self.stderr_name)
+            problems = case_problems(pid, self.zygote, self.stderr_name, self.mounts)
             if problems:
                 return f"the case did not start isolated: {'; '.join(problems)}"
         return None
@@ -546,9 +549,11 @@ def main() -> int:
     policy = (sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4])
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
-    # An abstract socket: no file, so the policy's code needs no writable place to reach it (it
-    # has none); its name is random, and a connection that is not the case's is refused.
-    address = f"\0finality-host-{secrets.token_hex(8)}"
+    # Sandboxed, a socket in the host's own folder, which the policy's code may reach but not
+    # write (each case is in a network namespace of its own, so no abstract socket reaches it);
+    # else an abstract socket. Its name is random; a connection not of the case is refused.
+    name = f"cases-{secrets.token_hex(8)}"
+    address = f"{HOSTDIR}/{name}" if sandboxed else f"\0finality-{name}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(4)

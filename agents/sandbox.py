@@ -11,33 +11,39 @@ Python (docs/trust.md):
    filesystem read-only and made of only what the policy needs (the interpreter and its
    site-packages, the repository's `agents/` and `finality_gym/`, the policy's own file or
    package); no `$HOME`, no results folder; the grader's environment never passed. Nothing
-   there is writable, the scratch folder and /dev/shm included: the policy's import writes
-   nowhere, so one chunk's fork server leaves nothing for the next.
+   there is writable by the policy's code, the scratch folder and /dev/shm included, so one
+   chunk's fork server leaves nothing for the next.
 2. The process the cases are forked from (the host's zygote, a fork server, one per chunk of
-   work) enters, once, a user and mount namespace of its own with `/proc` hidden
-   (`isolate_worker`), then a seccomp filter of its own (no ptrace, no reading another
-   process's memory, no waiting for a child's exit status: the import may have left hooks that
-   run in it, so it is treated as the policy's code). Every case is two forks away from it: the
-   first (`enter_case`) makes fresh pid and mount namespaces and mounts a fresh, size-capped
-   tmpfs on the scratch folder (`/scratch`, the case's `$TMPDIR` and `$HOME`) and on `/dev/shm`,
-   then forks the case as pid 1 of its namespace and exits; the case (`restrict_case`) connects
-   to the host, keeps only that socket and the capped stderr relay, then takes limits (address
-   space, file size, CPU time, open files), drops every capability and takes the case filter
-   (no new process, only threads; no new socket; no System V or POSIX message-queue IPC object;
-   no keyring, no ptrace, no mount, no namespace). Nothing of a writable place, not its times,
-   modes, extended attributes or inode numbers, reaches the next case: each gets new ones. No
-   socket, abstract or not, is shared between cases: a case makes none, and holds only its own.
+   work) takes, before the policy's import, a user and mount namespace of its own, a private
+   tmpfs for what the import writes, the host's folder read-only, its own seccomp filter (no
+   ptrace, no reading another process's memory or descriptors, no IPC object that outlives it)
+   and no capability (`enter_worker`). This is kernel state: the import, and the hooks it may
+   leave in the fork server (which runs them before every fork), can change the fork server's
+   memory, never this. After the import it takes another user namespace, for its cases
+   (`isolate_worker`). Every case is two forks away from it: the first (`enter_case`) makes
+   fresh pid, mount and network namespaces and mounts a fresh, size-capped tmpfs on the scratch
+   folder (`/scratch`, the case's `$TMPDIR` and `$HOME`) and on `/dev/shm`, then forks the case
+   as pid 1 of its namespace and exits; the case (`restrict_case`) connects to the host, keeps
+   only that socket and the capped stderr relay, then takes limits (address space, file size,
+   CPU time, open files), drops every capability and takes the case filter (no new process,
+   only threads; no new socket; no System V or POSIX message-queue IPC object; no keyring, no
+   ptrace, no mount, no namespace). Nothing of a writable place, not its times, modes, extended
+   attributes or inode numbers, reaches the next case: each gets new ones, and a network
+   namespace of its own, so no socket, abstract or not, is shared between cases.
 
    The host, which never imports the policy, checks every case from `/proc` before it hands it
-   its brief (`case_problems`: pid 1 of a new pid namespace, its own mount namespace, the
-   filter, no capability, one thread, only its own descriptors, no shared writable mapping) and ends it by killing its pid namespace once the grader says the case
-   ended; it refuses a policy whose import, or whose fork server, leaves any other process
-   (`others`).
+   its brief (`case_problems`): pid 1 of a new pid namespace, mount and network namespaces of
+   its own, exactly the expected mounts with its writable places on filesystems the fork
+   server neither mounts nor holds open, no capability, the limits, one thread, only its own
+   descriptors, no shared writable mapping. The steps above that run in the fork server's
+   memory (the case's filter, say) a hostile import can undo; what the host checks, and the
+   kernel state taken before the import, it cannot. The host ends each case by killing its pid
+   namespace once the grader says the case ended, and refuses a policy whose import, or whose
+   fork server, leaves any other process (`others`).
 
    (A per-case user namespace and a seccomp filter built per case were measured at 11 ms a
-   case and are made once in the fork server; a network namespace per case another 1.5 ms, so a
-   case makes no socket instead; fresh pid and mount namespaces and two tmpfs cost about 0.5 ms
-   more than the pid namespace alone: `benchmarks/outside_policy.py`.)
+   case and are made once in the fork server; fresh pid, mount and network namespaces and two
+   tmpfs cost about 2 ms a case: `benchmarks/README.md`.)
 
 `unavailable()` says what is missing where the sandbox cannot start (no `bwrap`, user
 namespaces disabled); `self_test()` proves it from inside before the first case.
@@ -66,6 +72,8 @@ SUBMISSION = "/submission"  # where a policy file is shown inside the sandbox
 # A case's writable scratch space ($TMPDIR, $HOME), private to it. /tmp itself is read-only (it
 # may hold the repository or the interpreter: a clone under /tmp must keep working).
 SCRATCH = "/scratch"
+# Where the host listens for its cases: a tmpfs of the host's, read-only to the policy's code.
+HOSTDIR = "/run/finality"
 MEMORY_MB = 4096  # address space of a case; FINALITY_POLICY_MEMORY_MB changes it
 FILE_MB = 64      # the largest file a case may write, and its /tmp and /dev/shm
 OPEN_FILES = 256
@@ -127,8 +135,8 @@ def command(argv: list[str], shown: dict[str, str], env: dict[str, str]) -> list
         args += ["--ro-bind", outside, inside]
     size = ["--size", str(FILE_MB << 20)] if _sizes_tmpfs() else []
     args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", SCRATCH, *size, "--tmpfs",
-             "/dev/shm", "--remount-ro", SCRATCH, "--remount-ro", "/dev/shm", "--remount-ro",
-             "/dev", "--remount-ro", "/", "--chdir", "/",
+             "/dev/shm", "--tmpfs", HOSTDIR, "--remount-ro", SCRATCH, "--remount-ro",
+             "/dev/shm", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/",
              "--clearenv"]
     for key, value in {**env, "TMPDIR": SCRATCH, "HOME": SCRATCH,
                        "FINALITY_SANDBOX": "1"}.items():
@@ -230,14 +238,25 @@ def _own_namespaces() -> None:
 def enter_worker() -> None:
     """Called in the fork server before the policy's import: the import gets writable places
     of this server's own (a fresh tmpfs on the scratch folder and /dev/shm, which bwrap shows
-    read-only: nothing written there reaches another chunk's server, and no case sees it), and
-    no capability (`isolate_worker` takes a namespace of its own again after the import, for
-    the cases)."""
+    read-only: nothing written there reaches another chunk's server, and no case sees it), the
+    host's folder read-only, the fork server's seccomp filter and no capability. All of it is
+    kernel state, set before any of the policy's code runs: the import, and any hook it leaves
+    in this process, can change this process's memory (what `isolate_worker` and the cases
+    later do), not this. (`isolate_worker` takes a namespace of its own again after the
+    import, for the cases.)"""
+    if platform.machine() not in _NUMBERS:
+        raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
     _own_namespaces()
     options = (f"size={FILE_MB}m,mode=1777" if _sizes_tmpfs() else "mode=1777").encode()
     for place in (SCRATCH, "/dev/shm"):
         _check(_libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
                f"a fresh {place}")
+    _check(_libc.mount(None, HOSTDIR.encode(), None,
+                       MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
+           "making the host's folder read-only")
+    PR_SET_NO_NEW_PRIVS = 38
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _seccomp(_filter(seccomp_program(platform.machine(), _SERVER_DENIED, processes=True)))
     _check(_libc.syscall(_SYSCALLS["capset"], struct.pack("Ii", 0x20080522, 0), bytes(24)),
            "dropping capabilities")
 
@@ -270,9 +289,6 @@ def isolate_worker() -> None:
         capabilities=(struct.pack("Ii", 0x20080522, 0), bytes(24)),  # v3, this process: none
         case=_filter(seccomp_program(platform.machine(), _DENIED)),
         tmpfs=(f"size={FILE_MB}m,mode=1777" if _sizes_tmpfs() else "mode=1777").encode())
-    PR_SET_NO_NEW_PRIVS = 38
-    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    _seccomp(_filter(seccomp_program(platform.machine(), _SERVER_DENIED, processes=True)))
 
 
 def _filter(program: list) -> tuple:
@@ -345,13 +361,30 @@ def others(known: set[int]) -> dict[int, str]:
     return found
 
 
-def case_problems(pid: int, server: int, relay: str) -> list[str]:
+def _mounts(pid: int | str) -> list[tuple[str, str]]:
+    """A process's mounts, bottom to top: (mount point, the filesystem's device)."""
+    lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    return [(line.split()[4], line.split()[2]) for line in lines]
+
+
+def expected_mounts() -> list[str]:
+    """The mount points a case must have, as the host sees its own: the sandbox's, then the
+    fork server's private tmpfs (scratch, /dev/shm) and hidden /proc, then the case's own
+    fresh tmpfs (scratch, /dev/shm)."""
+    return sorted([point for point, _ in _mounts("self")]
+                  + [SCRATCH, "/dev/shm", "/proc", SCRATCH, "/dev/shm"])
+
+
+def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[str]:
     """What is wrong with the process `pid` that connected as a case, checked by the host from
-    /proc before the case is handed its brief: it must be pid 1 of its own pid namespace, in a
-    mount namespace other than the fork server's (`server`), under the seccomp
-    filter with no_new_privs and no capability, with one thread, only its own descriptors (0:
-    /dev/null; 1, 2: the stderr relay `relay`; 3: its socket) and no shared writable mapping:
-    anything the fork server's hooks could have slipped into it is found here."""
+    /proc (kernel state, which no code of the policy's can forge) before the case is handed its
+    brief: it must be pid 1 of its own pid namespace, in a mount namespace other than the fork
+    server's (`server`), with exactly the `mounts` expected and its writable places on
+    filesystems the fork server holds neither mounted nor open, under a seccomp filter with
+    no_new_privs, no capability and the limits, one thread, only its own descriptors (0:
+    /dev/null; 1, 2: the stderr relay `relay`; 3: its socket) and no shared writable mapping.
+    The fork server runs the policy's code (hooks its import left), so whatever it and the
+    case's own start did is checked here, not believed."""
     problems = []
     try:
         status = _status(pid)
@@ -365,6 +398,20 @@ def case_problems(pid: int, server: int, relay: str) -> list[str]:
             problems.append(f"it runs {status.get('Threads')} threads before its first step")
         if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink(f"/proc/{server}/ns/mnt"):
             problems.append("it shares the fork server's mount namespace")
+        own = _mounts(pid)
+        if sorted(point for point, _ in own) != mounts:
+            problems.append("its mounts are not the sandbox's")
+        top = {point: device for point, device in own}  # the last mount of a point is on top
+        held = {device for _, device in _mounts(server)} | {
+            "%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))
+            for st in _stats(f"/proc/{server}/fd")}
+        if {top.get(SCRATCH), top.get("/dev/shm")} & held:
+            problems.append("its scratch folder or /dev/shm is not a fresh filesystem of its own")
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        given = _limit_lines()
+        for label, value in given.items():
+            if not re.search(rf"^{label}\s+{value}\s+{value}\s", limits, re.M):
+                problems.append(f"its limit {label.lower()!r} is not {value}")
         fds = {int(f): os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")}
         expected = {0: "/dev/null", 1: relay, 2: relay}
         if set(fds) != {0, 1, 2, 3} or any(fds[f] != v for f, v in expected.items()) \
@@ -379,6 +426,25 @@ def case_problems(pid: int, server: int, relay: str) -> list[str]:
     return problems
 
 
+def _stats(folder: str) -> list[os.stat_result]:
+    """What each descriptor in a /proc/PID/fd folder is open on."""
+    found = []
+    for fd in os.listdir(folder):
+        try:
+            found.append(os.stat(f"{folder}/{fd}"))
+        except OSError:  # closed as we looked
+            pass
+    return found
+
+
+def _limit_lines() -> dict[str, int]:
+    """The case's limits as /proc/PID/limits labels them (label: bytes, seconds or count)."""
+    given = limits()
+    return {"Max address space": given["memory_mb"] << 20,
+            "Max file size": given["file_mb"] << 20, "Max cpu time": given["cpu_s"],
+            "Max open files": given["open_files"]}
+
+
 # The system calls a case may not make (numbers per architecture). Processes: only threads
 # (clone with CLONE_THREAD; clone3 says ENOSYS so that the C library falls back to clone).
 _ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
@@ -388,35 +454,39 @@ _NUMBERS = {
                "request_key": 249, "keyctl": 250, "unshare": 272, "setns": 308, "mount": 165,
                "umount2": 166, "pivot_root": 155, "bpf": 321, "perf_event_open": 298,
                "userfaultfd": 323, "io_uring_setup": 425, "capset": 126, "shmget": 29,
-               "semget": 64, "msgget": 68, "mq_open": 240, "wait4": 61, "waitid": 247,
-               "pidfd_getfd": 438, "close_range": 436, "socket": 41, "socketpair": 53},
+               "semget": 64, "msgget": 68, "mq_open": 240,
+               "pidfd_getfd": 438, "close_range": 436, "socket": 41, "socketpair": 53,
+               "bind": 49, "listen": 50},
     "aarch64": {"clone": 220, "clone3": 435, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "add_key": 217, "request_key": 218, "keyctl": 219,
                 "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
                 "bpf": 280, "perf_event_open": 241, "userfaultfd": 282, "io_uring_setup": 425,
                 "capset": 91, "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180,
-                "wait4": 260, "waitid": 95, "pidfd_getfd": 438, "close_range": 436,
-                "socket": 198, "socketpair": 199},
+                "pidfd_getfd": 438, "close_range": 436,
+                "socket": 198, "socketpair": 199, "bind": 200, "listen": 201},
 }
 _SYSCALLS = _NUMBERS.get(platform.machine(), {})
 _DENIED = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "add_key",
            "request_key", "keyctl", "unshare", "setns", "mount", "umount2", "pivot_root",
            "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "shmget", "semget",
            "msgget", "mq_open", "pidfd_getfd", "socket", "socketpair")
-# The fork server's own: it may fork (its cases) and make namespaces and mounts (for them), but
-# its import may have left hooks that run in it, so it may not read another process (ptrace, its
-# memory, its descriptors) or a child's exit status (which a case could set to say something).
-_SERVER_DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "wait4",
-                  "waitid", "add_key", "request_key", "keyctl", "setns", "pivot_root", "bpf",
-                  "perf_event_open", "userfaultfd", "io_uring_setup", "shmget", "semget",
-                  "msgget", "mq_open")
+# The fork server's own, taken before the import (so every case has it too, whatever the import
+# does): it may fork (its cases) and make namespaces and mounts (for them), but it may not read
+# another process (ptrace, its memory, its descriptors), make IPC objects that outlive it, or
+# make a socket anyone could reach: no bind, no listen, no socket pair, no socket but a unix
+# stream one (which can only connect: the one listener in the sandbox is the host's).
+_SERVER_DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "add_key",
+                  "request_key", "keyctl", "setns", "pivot_root", "bpf", "perf_event_open",
+                  "userfaultfd", "io_uring_setup", "shmget", "semget", "msgget", "mq_open",
+                  "bind", "listen", "socketpair")
 
 
 def seccomp_program(machine: str, denied_names: tuple[str, ...] = _DENIED,
                     processes: bool = False) -> list[tuple[int, int, int, int]]:
     """The classic-BPF filter: (code, jt, jf, k) instructions over `struct seccomp_data`; the
-    calls `denied_names` fail with EPERM, and unless `processes` so does every clone but a
-    thread's."""
+    calls `denied_names` fail with EPERM; unless `processes`, so does every clone but a
+    thread's; with `processes` (the fork server's), so does every socket but a unix stream
+    socket."""
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
     eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
@@ -429,7 +499,12 @@ def seccomp_program(machine: str, denied_names: tuple[str, ...] = _DENIED,
     for nr in denied:
         program += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
     if processes:
-        return program + [(ret, 0, 0, allow)]
+        AF_UNIX = SOCK_STREAM = 1
+        return program + [(jeq, 0, 6, numbers["socket"]),
+                          (ld, 0, 0, 16), (jeq, 0, 3, AF_UNIX),        # the domain (low word)
+                          (ld, 0, 0, 24), (0x54, 0, 0, 0xF),           # the type, less its flags
+                          (jeq, 1, 0, SOCK_STREAM), (ret, 0, 0, eperm),
+                          (ret, 0, 0, allow)]
     program += [(jeq, 0, 1, numbers["clone3"]), (ret, 0, 0, enosys),
                 (jeq, 0, 4, numbers["clone"]), (ld, 0, 0, 16),  # clone's flags (low word)
                 (jset, 0, 1, CLONE_THREAD), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
@@ -538,7 +613,7 @@ def _probe(grader_pid: int, port: int, code: str, first: bool) -> dict:
 def _self_test_cases(argv: list[str]) -> dict:
     """Inside bwrap: the host's part of two cases (a fork server, a listener, the checks)."""
     grader_pid, port, code = int(argv[0]), int(argv[1]), argv[2]
-    address = f"\0finality-self-test-{os.getpid()}"
+    address = f"{HOSTDIR}/self-test"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(2)
@@ -574,6 +649,7 @@ def _self_test_cases(argv: list[str]) -> dict:
         os._exit(0)
     theirs.close()
     findings, inodes, problems = {}, [], []
+    mounts = expected_mounts()
     relay = f"pipe:[{os.fstat(read_end).st_ino}]"
     for _ in range(2):
         ours.send(b"c")  # the first case is killed, and gone, before the second is forked
@@ -582,7 +658,7 @@ def _self_test_cases(argv: list[str]) -> dict:
                                                      12))[0]
         channel.settimeout(30)
         channel.recv(1)
-        problems += case_problems(pid, server, relay)
+        problems += case_problems(pid, server, relay, mounts)
         channel.sendall(b"g")
         said = b""
         while not said.endswith(b"}"):

@@ -33,7 +33,8 @@ def graded(tmp_path_factory):
             (base / "scratch").mkdir()
             specs = {"channel": attack(base, "os_channel", "GraderChannel"),
                      "metadata": attack(base, "os_metadata", "Metadata",
-                                        PLACE=str(base / "scratch"))}
+                                        PLACE=str(base / "scratch")),
+                     "relay": attack(base, "os_hook", "Relay")}
             runs[sandbox] = specs, headline(base, list(specs.values()), sandbox, workers=1)
         return runs[sandbox]
     return get
@@ -45,6 +46,21 @@ def test_no_case_holds_the_graders_channel(graded, sandbox):
     grading(sandbox)
     specs, run = graded(sandbox)
     all_refund(run, specs["channel"])
+
+
+@pytest.mark.parametrize("sandbox", SANDBOX)
+def test_no_hook_in_the_fork_server_relays_one_case_to_the_next(graded, sandbox):
+    """Code the import leaves in the fork server rewrites the case's filter and relays every
+    case's brief and results to the next: the case's own network namespace, which the host
+    checks from /proc, stops it sandboxed; unsandboxed it works."""
+    grading(sandbox)
+    specs, run = graded(sandbox)
+    spec = specs["relay"]
+    if sandbox == "on":
+        all_refund(run, spec)
+    else:
+        assert run.code == 0, run
+        assert run.dispositions(spec) == {"refund": 1, "ship": TASKS - 1}, run.dispositions(spec)
 
 
 def _inodes(run, spec: str) -> list[int]:

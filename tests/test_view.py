@@ -62,6 +62,8 @@ class Recorder:
                     line = conn.recv(4096).split(b"\r\n", 1)[0].decode("latin-1")
                 except OSError:
                     line = "? ?"
+                if not line:  # a connection the browser opened ahead and closed unused: no request
+                    continue
                 target = line.split(" ")[1] if " " in line else line
                 host = re.sub(r"^[a-z]+://", "", target).split("/")[0].rsplit(":", 1)[0]
                 if host not in BROWSER_OWN:
