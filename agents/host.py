@@ -550,8 +550,8 @@ def main() -> int:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
     # Sandboxed, a socket in the host's own folder, which the policy's code may reach but not
-    # write (each case is in a network namespace of its own, so no abstract socket reaches it);
-    # else an abstract socket. Its name is random; a connection not of the case is refused.
+    # write; else an abstract socket. Its name is random, and a connection that is not the case
+    # the host asked for fails the host's check of it.
     name = f"cases-{secrets.token_hex(8)}"
     address = f"{HOSTDIR}/{name}" if sandboxed else f"\0finality-{name}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

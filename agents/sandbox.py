@@ -16,24 +16,26 @@ Python (docs/trust.md):
 2. The process the cases are forked from (the host's zygote, a fork server, one per chunk of
    work) takes, before the policy's import, a user and mount namespace of its own, a private
    tmpfs for what the import writes, the host's folder read-only, its own seccomp filter (no
-   ptrace, no reading another process's memory or descriptors, no IPC object that outlives it)
-   and no capability (`enter_worker`). This is kernel state: the import, and the hooks it may
+   ptrace, no reading another process's memory or descriptors, no IPC object that outlives it,
+   no socket anyone could connect to: no bind, no listen, no socket pair, only unix stream
+   sockets, which can only connect, and the one listener is the host's) and no capability
+   (`enter_worker`). This is kernel state: the import, and the hooks it may
    leave in the fork server (which runs them before every fork), can change the fork server's
    memory, never this. After the import it takes another user namespace, for its cases
    (`isolate_worker`). Every case is two forks away from it: the first (`enter_case`) makes
-   fresh pid, mount and network namespaces and mounts a fresh, size-capped tmpfs on the scratch
+   fresh pid and mount namespaces and mounts a fresh, size-capped tmpfs on the scratch
    folder (`/scratch`, the case's `$TMPDIR` and `$HOME`) and on `/dev/shm`, then forks the case
    as pid 1 of its namespace and exits; the case (`restrict_case`) connects to the host, keeps
    only that socket and the capped stderr relay, then takes limits (address space, file size,
    CPU time, open files), drops every capability and takes the case filter (no new process,
    only threads; no new socket; no System V or POSIX message-queue IPC object; no keyring, no
    ptrace, no mount, no namespace). Nothing of a writable place, not its times, modes, extended
-   attributes or inode numbers, reaches the next case: each gets new ones, and a network
-   namespace of its own, so no socket, abstract or not, is shared between cases.
+   attributes or inode numbers, reaches the next case: each gets new ones. No socket, abstract
+   or not, is shared between cases or with the fork server: none of them can listen.
 
    The host, which never imports the policy, checks every case from `/proc` before it hands it
-   its brief (`case_problems`): pid 1 of a new pid namespace, mount and network namespaces of
-   its own, exactly the expected mounts with its writable places on filesystems the fork
+   its brief (`case_problems`): pid 1 of a new pid namespace, a mount namespace of its own,
+   exactly the expected mounts with its writable places on filesystems the fork
    server neither mounts nor holds open, no capability, the limits, one thread, only its own
    descriptors, no shared writable mapping. The steps above that run in the fork server's
    memory (the case's filter, say) a hostile import can undo; what the host checks, and the
@@ -42,8 +44,9 @@ Python (docs/trust.md):
    fork server, leaves any other process (`others`).
 
    (A per-case user namespace and a seccomp filter built per case were measured at 11 ms a
-   case and are made once in the fork server; fresh pid, mount and network namespaces and two
-   tmpfs cost about 2 ms a case: `benchmarks/README.md`.)
+   case and are made once in the fork server; a network namespace per case cost 1.5 ms more,
+   and the fork server's filter does its work; fresh pid and mount namespaces and two tmpfs
+   cost about 0.5 ms a case: `benchmarks/README.md`.)
 
 `unavailable()` says what is missing where the sandbox cannot start (no `bwrap`, user
 namespaces disabled); `self_test()` proves it from inside before the first case.
