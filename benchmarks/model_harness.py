@@ -50,7 +50,7 @@ def main() -> None:
         for concurrency in (1, 4):
             with tempfile.TemporaryDirectory() as tmp:
                 started = time.perf_counter()
-                rows, _ = grade_model(config, rc, Path(tmp), concurrency, progress=False)
+                rows = grade_model(config, rc, Path(tmp), concurrency, progress=False)
                 wall = time.perf_counter() - started
                 latencies = [json.loads(line)["latency_s"]
                              for p in Path(tmp, "transcripts").glob("*.jsonl")
