@@ -61,13 +61,12 @@ import secrets
 import select
 import signal
 import socket
-import struct
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from agents.sandbox import HOSTDIR, MAX_LINE, STDERR_CASE, STDERR_TOTAL
+from agents.sandbox import HOSTDIR, MAX_LINE, STDERR_CASE, STDERR_TOTAL, peer
 
 
 class Refused(Exception):
@@ -457,8 +456,7 @@ class _Host:
         if not self.wait(self.listener.fileno(), time.monotonic() + CASE_START_S):
             return f"no case connected within {CASE_START_S:g} s of being forked"
         channel, _ = self.listener.accept()
-        pid = struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                     12))[0]
+        pid = peer(channel)
         self.case = (channel, pid, None, b"")
         hello = self.from_case()
         if hello != {"ready": True}:

@@ -182,7 +182,7 @@ def load_sb3(path: str | Path, greedy: bool = False, kind: str = "ppo",
 def _unpickled(path: Path, cls, expected: dict):
     """The model as SB3's own `load` makes it, running the archive's pickles; the spaces it
     unpickles are compared in full."""
-    try:
+    try:  # trusted by the operator: only with allow_pickle (--trust-pickles, never private)
         model = cls.load(path, device="cpu")
     except Exception as exc:  # a damaged archive fails in many ways deep inside SB3
         raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc!r}") from None

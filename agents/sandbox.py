@@ -238,6 +238,23 @@ def _own_namespaces() -> None:
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
 
 
+def _tmpfs_options() -> bytes:
+    """A writable place's tmpfs: open to the case's user, size-capped where bwrap caps one."""
+    return (f"size={FILE_MB}m,mode=1777" if _sizes_tmpfs() else "mode=1777").encode()
+
+
+def _fresh_places(options: bytes) -> None:
+    """A fresh tmpfs on the scratch folder and on /dev/shm, in this mount namespace."""
+    for place in (SCRATCH, "/dev/shm"):
+        _check(_libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
+               f"a fresh {place}")
+
+
+def peer(channel: socket.socket) -> int:
+    """The process id, as this process sees it, of what connected on `channel`."""
+    return struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+
+
 def enter_worker() -> None:
     """Called in the fork server before the policy's import: the import gets writable places
     of this server's own (a fresh tmpfs on the scratch folder and /dev/shm, which bwrap shows
@@ -250,10 +267,7 @@ def enter_worker() -> None:
     if platform.machine() not in _NUMBERS:
         raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
     _own_namespaces()
-    options = (f"size={FILE_MB}m,mode=1777" if _sizes_tmpfs() else "mode=1777").encode()
-    for place in (SCRATCH, "/dev/shm"):
-        _check(_libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
-               f"a fresh {place}")
+    _fresh_places(_tmpfs_options())
     _check(_libc.mount(None, HOSTDIR.encode(), None,
                        MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
            "making the host's folder read-only")
@@ -291,7 +305,7 @@ def isolate_worker() -> None:
         setrlimit=resource.setrlimit, close_range=_close_range,
         capabilities=(struct.pack("Ii", 0x20080522, 0), bytes(24)),  # v3, this process: none
         case=_filter(seccomp_program(platform.machine(), _DENIED)),
-        tmpfs=(f"size={FILE_MB}m,mode=1777" if _sizes_tmpfs() else "mode=1777").encode())
+        tmpfs=_tmpfs_options())
 
 
 def _filter(program: list) -> tuple:
@@ -318,10 +332,7 @@ def enter_case() -> None:
     as pid 1 of the new pid namespace; this process exits at once (the case is reaped by the
     sandbox's init, never by the fork server). Returns in the case only."""
     _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWNS), "unshare")
-    options = _PREPARED["tmpfs"]
-    for place in (SCRATCH, "/dev/shm"):
-        _check(_libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
-               f"a fresh {place}")
+    _fresh_places(_PREPARED["tmpfs"])
     if os.fork():  # the first child in a new pid namespace is its pid 1
         os._exit(0)
     os.chdir(SCRATCH)
@@ -657,8 +668,7 @@ def _self_test_cases(argv: list[str]) -> dict:
     for _ in range(2):
         ours.send(b"c")  # the first case is killed, and gone, before the second is forked
         channel, _ = listener.accept()
-        pid = struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                     12))[0]
+        pid = peer(channel)
         channel.settimeout(30)
         channel.recv(1)
         problems += case_problems(pid, server, relay, mounts)

@@ -202,7 +202,9 @@ def test_a_better_row_on_an_untouched_call_list_is_refused(logs, tmp_path):
         row = sample.scores["engine_record"].metadata["row"]
         set_row(sample, {**row, "gap": 0, "label": "exact"})
 
-    refused(forge(logs["genuine"], tmp_path, edit), tmp_path, "does not replay to its record")
+    message = refused(forge(logs["genuine"], tmp_path, edit), tmp_path,
+                      "does not replay to its record")
+    assert "does not replay to its record" in message and "(task pub-" in message
 
 
 def test_a_duplicate_sample_with_a_better_row_is_refused(logs, tmp_path):
@@ -252,7 +254,8 @@ def test_chosen_cases_are_refused(logs, tmp_path):
         s.id for s in read_eval_log(str(logs["genuine"])).samples])), tmp_path, "chosen samples")
     refused(forge(logs["genuine"], tmp_path, config(limit=(1, 7))), tmp_path,
             "not a count of first samples")
-    refused(forge(logs["genuine"], tmp_path, config(sample_shuffle=7)), tmp_path, "shuffled")
+    assert "shuffled" in refused(forge(logs["genuine"], tmp_path, config(sample_shuffle=7)),
+                                 tmp_path, "shuffled")
 
 
 def test_an_epochs_log_collapsed_or_relabelled_is_refused(logs, tmp_path):
@@ -268,8 +271,9 @@ def test_an_epochs_log_collapsed_or_relabelled_is_refused(logs, tmp_path):
         sample.messages = first.model_copy(deep=True).messages
         set_row(sample, first.scores["engine_record"].metadata["row"])
 
-    refused(forge(logs["epochs"], tmp_path, epoch_2_on_seed_0), tmp_path,
-            "played seed 0, but the task plays seed 1")
+    message = refused(forge(logs["epochs"], tmp_path, epoch_2_on_seed_0), tmp_path,
+                      "played seed 0, but the task plays seed 1")
+    assert "played seed 0, but the task plays seed 1" in message
 
 
 def test_the_logs_own_word_is_checked_where_it_can_be(logs, tmp_path):
@@ -340,8 +344,9 @@ def test_an_edited_conversation_is_refused(logs, tmp_path):
         last = max(i for i, m in enumerate(sample.messages) if m.role == "assistant")
         sample.messages = sample.messages[:last]
 
-    refused(forge(logs["genuine"], tmp_path, cut_short), tmp_path,
-            "calls are not the tool calls of its conversation")
+    message = refused(forge(logs["genuine"], tmp_path, cut_short), tmp_path,
+                      "calls are not the tool calls of its conversation")
+    assert "calls are not the tool calls of its conversation" in message
 
     def extra_reply(log):  # a reply after the case ended
         sample, reply = first_call(log)
