@@ -10,7 +10,8 @@ EVAL_STAMP := $(VENV)/.installed-eval
 ALL_STAMP := $(VENV)/.installed-all
 WORKERS ?= 2
 
-NINE := random,optimistic,eager,majority_vote,sop,react,reflection,finality_gate,finality_oracle
+# The nine scripted policies, as agents/registry.py's HEADLINE lists them (asked when a recipe runs).
+NINE = $$($(PY) -c 'from agents.registry import HEADLINE; print(",".join(HEADLINE))')
 
 .PHONY: run test bench grade-models clean system
 

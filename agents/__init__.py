@@ -7,9 +7,10 @@ import them; they are re-exported here for the project's own code."""
 from finality_gym.policy import (Brief, GiveUp, Policy, PolicyError, Privilege, brief_for, play,
                                  run_episode)
 
-from .registry import FLOORS, is_unprivileged_scripted, make_policy
+from .factory import make_policy
+from .registry import FLOORS, HEADLINE, is_unprivileged_scripted
 from .spec import PolicySpec, split_specs
 
-__all__ = ["FLOORS", "Brief", "GiveUp", "Policy", "PolicyError", "PolicySpec", "Privilege",
+__all__ = ["FLOORS", "HEADLINE", "Brief", "GiveUp", "Policy", "PolicyError", "PolicySpec", "Privilege",
            "brief_for", "is_unprivileged_scripted", "make_policy", "play", "run_episode",
            "split_specs"]

@@ -5,11 +5,11 @@ that the grader never imports: `ExternalPolicy` starts `python -m agents.host` (
 chunk of work, every case in a fresh fork of it, see `agents/host.py`) and relays tool calls and
 results as JSON lines. Every case gets a token of its own that the host adds to each message of
 that case (the case never sees it): a message with another token is an error, and so is a case
-that sends anything past its end (`finish`). A line over `sandbox.MAX_LINE` bytes breaks the
+that sends anything past its end (`finish`). A line over `limits.MAX_LINE` bytes breaks the
 protocol; it is never buffered whole. The engine, and with it the episode's truth, stays in the
 grader's process; a case that takes longer than `timeout_s` (wall time, the policy's whole
-case; 10 s, or the environment variable FINALITY_POLICY_TIMEOUT) kills the host and is an error
-naming the policy.
+case; `limits.policy_timeout()`: 10 s, or the environment variable FINALITY_POLICY_TIMEOUT)
+kills the host and is an error naming the policy.
 
 The grader pins the SHA-256 of the file that holds the class (`PolicySpec.source()`, found
 without importing it: importing would run the submitter's code in the grader) in the run's
@@ -17,9 +17,9 @@ manifest, so a resume with changed code is refused. Only that file is hashed, no
 imports. The host is handed that path and hash and runs nothing else (`agents/host.py`).
 
 By default the policy's process runs in the operating-system sandbox (`agents/sandbox.py`:
-bubblewrap around the process, fresh namespaces and limits around every case); `sandbox=False`
-runs it as a plain process of the grader's user, for a policy that needs the network or a
-machine without user namespaces.
+bubblewrap around the process, `agents/bwrap.py`; fresh namespaces and limits around every
+case); `sandbox=False` runs it as a plain process of the grader's user, for a policy that
+needs the network or a machine without user namespaces.
 
 Code that does not load (a syntax error, a missing class, a privileged one, another file than
 the hashed one) is a `PolicyLoadError`: `preflight()` raises it before the first case, so it is
@@ -40,13 +40,13 @@ import time
 
 from finality_gym.policy import Brief, Call, Policy, PolicyError
 
-from . import sandbox
+from . import bwrap
+from .limits import MAX_LINE, PASSED, TIMEOUT_VARIABLE, policy_timeout
 from .spec import ROOT, PolicySpec
 
 STARTUP_S = 60.0
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "OPENBLAS_CORETYPE",
                "OPENBLAS_L2_SIZE")
-EPISODE_TIMEOUT_S = 10.0
 # Every case is forked from the process that imported the policy: a thread pool started at import
 # (OpenBLAS starts one when numpy is imported) would be copied without its threads.
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -65,8 +65,7 @@ class ExternalPolicy(Policy):
         self.target, self.cls = spec.target, spec.arguments
         self.source = spec.source()  # a missing file or module fails now, in the grader's words
         self.digest = hashlib.sha256(self.source.read_bytes()).hexdigest()
-        self.timeout_s = timeout_s if timeout_s is not None else float(
-            os.environ.get("FINALITY_POLICY_TIMEOUT", EPISODE_TIMEOUT_S))
+        self.timeout_s = timeout_s if timeout_s is not None else policy_timeout()
         self.policy_name: str | None = None  # the class's own `name`, once its process is up
         self.proc: subprocess.Popen | None = None
         self._shown: tuple[str, str] | None = None  # (inside, outside) names of its files
@@ -86,13 +85,12 @@ class ExternalPolicy(Policy):
         # the policy's process.
         env = {**{k: os.environ[k] for k in _PASSED_ENV if k in os.environ}, **ONE_THREAD}
         if self.sandbox:
-            shown, target, source, path, self._shown = sandbox.shown_for(self.target,
-                                                                         self.source)
+            shown, target, source, path, self._shown = bwrap.shown_for(self.target, self.source)
             env = {**{k: v for k, v in env.items() if k not in ("HOME", "TMPDIR", "VIRTUAL_ENV")},
                    "HOME": "/tmp", "PYTHONPATH": os.pathsep.join([*path, str(ROOT)]),
-                   **{k: os.environ[k] for k in sandbox.PASSED if k in os.environ}}
-            argv = sandbox.command([sys.executable, "-m", "agents.host", target, self.cls,
-                                    source, self.digest], shown, env)
+                   **{k: os.environ[k] for k in PASSED if k in os.environ}}
+            argv = bwrap.command([sys.executable, "-m", "agents.host", target, self.cls,
+                                  source, self.digest], shown, env)
         else:
             env["PYTHONPATH"] = os.pathsep.join(
                 [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -146,14 +144,14 @@ class ExternalPolicy(Policy):
         (it is starting, no case has begun) as a `PolicyLoadError`."""
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
-            if len(self._buffer) > sandbox.MAX_LINE:
+            if len(self._buffer) > MAX_LINE:
                 raise self._broken(doing, "its process sent a line over the protocol's limit",
-                                   f"{self.name} sent a line over {sandbox.MAX_LINE} bytes")
+                                   f"{self.name} sent a line over {MAX_LINE} bytes")
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise self._broken(doing, f"its process did not start within {STARTUP_S:g} s",
                                    f"{self.name} exceeded its time limit of {self.timeout_s:g} s "
-                                   "a case (set FINALITY_POLICY_TIMEOUT to change it)")
+                                   f"a case (set {TIMEOUT_VARIABLE} to change it)")
             chunk = os.read(fd, 65536)
             if not chunk:
                 raise self._broken(doing, "its process exited while starting",

@@ -38,11 +38,13 @@ policy prints goes to standard error, through the host, which relays a capped am
 tracebacks too. Numerical libraries run on one thread (`OPENBLAS_NUM_THREADS=1` and the like,
 set by the grader): a thread pool started at import could not be forked.
 
-Under the operating-system sandbox (`agents/sandbox.py`: these processes run under bwrap, and
+The fork server and the cases are `agents/fork_server.py`; this module is the host. Under the
+operating-system sandbox (`agents/sandbox.py`: these processes run under bwrap, and
 `FINALITY_SANDBOX=1` says so) the fork server isolates and filters itself once after the
 import (`isolate_worker`), every case gets fresh namespaces and scratch space (`enter_case`)
 and its limits and filter (`restrict_case`), and the host checks each case from /proc
-(`case_problems`) and refuses a policy that leaves any other process running (`others`).
+(`case_problems`, `agents/case_checks.py`) and refuses a policy that leaves any other process
+running (`others`).
 
 When the grader's side is gone (it closed the pipes, or a worker of its was stopped while a case
 ran), there is no one left to tell: the host and its case end at once, quietly, a case stuck in
@@ -51,10 +53,6 @@ a loop too.
 
 from __future__ import annotations
 
-import gc
-import hashlib
-import importlib
-import importlib.util
 import json
 import os
 import secrets
@@ -63,212 +61,12 @@ import signal
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 
-from agents.sandbox import HOSTDIR, MAX_LINE, STDERR_CASE, STDERR_TOTAL, peer
-
-
-class Refused(Exception):
-    """The host's own reason not to run a class, said as is (no exception type)."""
-
-
-def load_class(target: str, name: str, source: Path, digest: str):
-    """The class `name` of the file or module `target`, imported here (never in the grader),
-    from `source` with content `digest` and nothing else."""
-    if target.endswith(".py"):
-        spec = importlib.util.spec_from_file_location(f"_policy_{source.stem}", source)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-        imported = Path(module.__file__).resolve() if getattr(module, "__file__", None) else None
-        if imported != source:
-            raise Refused(f"imported {imported}, not the hashed {source} (Python finds another "
-                          f"{target!r} first: rename the module, or give the file's path)")
-    if hashlib.sha256(source.read_bytes()).hexdigest() != digest:
-        raise Refused(f"{source} has changed since the grader hashed it (sha256 {digest[:12]}); "
-                      "grade it again")
-    cls = getattr(module, name, None)
-    from finality_gym.policy import Policy
-    if not (isinstance(cls, type) and issubclass(cls, Policy)):
-        raise Refused(f"{target} has no Policy subclass named {name!r}")
-    if cls.privileged:
-        raise Refused(f"{name} declares itself privileged; only the project's reference oracle "
-                      "is")
-    return cls
-
-
-def why(exc: BaseException) -> str:
-    """An exception in one line, with the file and line it was raised at (for a syntax error,
-    the line that does not parse): what its author needs, and nothing of the host's."""
-    from finality_gym.policy import PolicyError
-    if isinstance(exc, (Refused, PolicyError)):  # the host's or the runner's own words
-        return " ".join(str(exc).split("\n"))
-    if isinstance(exc, SyntaxError):
-        text, where = exc.msg, f" ({exc.filename}, line {exc.lineno})"
-    else:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if not f.filename.startswith("<")]  # not importlib's frozen frames
-        text = str(exc)
-        where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
-    return " ".join(f"{type(exc).__name__}: {text}".split("\n")) + where
-
-
-def _print_policy_traceback(exc: BaseException) -> None:
-    """The traceback of a policy's failure on standard error, from the policy's own call on."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
-
-
-def _play(cls, brief: dict, read, send) -> None:
-    """Play one case to its disposition (or its error); the host kills the process after."""
-    from finality_gym.policy import Brief
-    try:
-        policy = cls()
-        policy.reset(Brief(**brief))
-    except Exception as exc:
-        _print_policy_traceback(exc)
-        send({"error": why(exc)})
-        return
-    result = None
-    while True:
-        try:
-            tool, args = policy.act(result)
-        except Exception as exc:
-            _print_policy_traceback(exc)
-            send({"error": why(exc)})
-            return
-        try:
-            send({"call": {"name": tool, "arguments": args}})
-        except (TypeError, ValueError) as exc:  # arguments that are not JSON
-            send({"error": f"the call {tool!r} has arguments that are not JSON: {exc}"})
-            return
-        message = read()
-        if message is None:
-            return
-        result = message["result"]
-
-
-def _state(protocol: set[int]) -> dict:
-    """What a process holds that could carry something from one fork of it to the next: its
-    threads, its file descriptors (beyond `protocol`), its writable shared mappings, its signal
-    handlers (native and Python's), Python's tracing and collection hooks, its namespaces, root,
-    working directory and mounts (a filesystem mounted at import would be every case's)."""
-    fds = {int(f) for f in os.listdir("/proc/self/fd")} - protocol
-    status = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text()
-                  .splitlines() if ":\t" in line)
-    return {
-        "threads": len(os.listdir("/proc/self/task")),
-        "file descriptors": {f for f in fds if os.path.exists(f"/proc/self/fd/{f}")},
-        "shared writable mappings": {_mapped(line.split())
-                                     for line in Path("/proc/self/maps").read_text().splitlines()
-                                     if line.split()[1][1] == "w" and line.split()[1][3] == "s"},
-        "signal handlers": (status.get("SigCgt", "").strip(), status.get("SigIgn", "").strip(),
-                            tuple(signal.getsignal(s) for s in signal.valid_signals()
-                                  if s not in (signal.SIGKILL, signal.SIGSTOP))),
-        "hooks": (sys.gettrace(), sys.getprofile(), tuple(gc.callbacks)),
-        "namespaces": (tuple(os.readlink(f"/proc/self/ns/{ns}")
-                             for ns in sorted(os.listdir("/proc/self/ns"))),
-                       os.readlink("/proc/self/root"), os.getcwd()),
-        "mounts": Path("/proc/self/mountinfo").read_text(),
-    }
-
-
-def _mapped(fields: list[str]) -> str:
-    """What a line of /proc/self/maps maps: a file, or anonymous memory (shown as /dev/zero)."""
-    name = " ".join(fields[5:])
-    return "anonymous" if not name or name.startswith("/dev/zero") else name
-
-
-def left_by_import(before: dict, after: dict) -> list[str]:
-    """What importing the policy left that every case would share (nothing is allowed)."""
-    found = []
-    if after["threads"] > before["threads"]:
-        found.append(f"{after['threads'] - before['threads']} thread(s) running")
-    for kind in ("file descriptors", "shared writable mappings"):
-        if extra := after[kind] - before[kind]:
-            found.append(f"{kind} open ({', '.join(map(str, sorted(extra)))})")
-    if after["signal handlers"] != before["signal handlers"]:
-        found.append("signal handlers set")
-    if after["hooks"] != before["hooks"]:
-        found.append("a tracing, profiling or garbage-collection hook set")
-    if after["namespaces"] != before["namespaces"]:
-        found.append("its namespaces, root or working directory changed")
-    if after["mounts"] != before["mounts"]:
-        found.append("its mounts changed")
-    return found
-
-
-def _zygote(target: str, name: str, source: Path, digest: str, control: socket.socket,
-            address: str) -> None:
-    """Import the policy's code once, check that the import left nothing behind, then fork one
-    case per request on `control`; nothing else. It reads no case's data, so every case starts
-    from the same state: the one the import made. Its words to the host go over `control`: b"r"
-    and the class's name, or b"u" and why it cannot be loaded."""
-    sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
-    if sandboxed:
-        from agents.sandbox import enter_case, enter_worker, isolate_worker, restrict_case
-        enter_worker()
-    before = _state({control.fileno()})
-    try:
-        cls = load_class(target, name, source, digest)
-    except BaseException as exc:  # noqa: BLE001 - a module may raise anything on import
-        control.send(b"u" + why(exc).encode()[:_SAID])
-        return
-    left = left_by_import(before, _state({control.fileno()}))
-    if left:
-        control.send(b"u" + (f"importing it left {'; '.join(left)}: each case is forked from "
-                             "the imported code, so nothing may outlive the import").encode())
-        return
-    if sandboxed:
-        isolate_worker()
-    else:
-        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped unread
-    # Every object the import made is left out of the collector's passes from now on: a case's
-    # collection would otherwise write to every page that holds one, and copy them all.
-    gc.freeze()
-    control.send(b"r" + str(cls.name).encode()[:_SAID])
-    recv, fork = control.recv, os.fork
-    while recv(1):
-        if fork() == 0:
-            try:
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as the import left it
-                control.close()
-                if sandboxed:
-                    enter_case()
-                channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                channel.connect(address)
-                if sandboxed:
-                    restrict_case(channel.detach())
-                    channel = socket.socket(fileno=3)
-                _case(cls, channel)
-            finally:  # the policy may raise anything, SystemExit too
-                os._exit(0)
-
-
-def _case(cls, channel: socket.socket) -> None:
-    """One case, in its own process: say it is ready, read the brief, play."""
-    stream = channel.makefile("rb")  # buffered: a line in one receive, not a byte at a time
-
-    def send(message: dict) -> None:
-        channel.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-
-    def read() -> dict | None:
-        line = stream.readline()
-        return json.loads(line) if line else None
-
-    send({"ready": True})
-    message = read()
-    if message is not None:
-        _play(cls, message["episode"], read, send)
-    stream.readline()  # nothing more comes: the host ends this process
-
-
-_SAID = 4000  # the most bytes of a load message the fork server sends in one packet
+from agents.bwrap import HOSTDIR
+from agents.case_checks import case_problems, expected_mounts, others, peer
+from agents import fork_server
+from agents.limits import MAX_LINE, STDERR_CASE, STDERR_TOTAL
 
 
 class _GraderGone(Exception):
@@ -294,7 +92,6 @@ class _Host:
         self.control: socket.socket | None = None
         self.zygote = 0
         if sandboxed:  # what every case's mounts must be
-            from agents.sandbox import expected_mounts
             self.mounts = expected_mounts()
 
     # ---------------------------------------------------------------- the fork server
@@ -311,17 +108,16 @@ class _Host:
             os.dup2(theirs.fileno(), 3)
             os.closerange(4, 1 << 20)
             sys.stdout = sys.stderr = os.fdopen(2, "w", buffering=1)
-            _zygote(*self.policy, socket.socket(fileno=3), self.address)
+            fork_server.serve(*self.policy, socket.socket(fileno=3), self.address)
             os._exit(0)
         theirs.close()
         self.control, self.zygote, self.killed = ours, zygote, ()
         self.wait(ours.fileno())
-        loaded = ours.recv(_SAID + 1)
+        loaded = ours.recv(fork_server.SAID_BYTES + 1)
         if not loaded.startswith(b"r"):
             raise _Unloadable(loaded[1:].decode(errors="replace") if loaded else
                               "loading it ended its process")
         if self.sandboxed:
-            from agents.sandbox import others
             left = others({os.getpid(), zygote})
             if left:
                 raise _Unloadable(f"importing it left {len(left)} process(es) running "
@@ -349,7 +145,6 @@ class _Host:
         os.kill(self.zygote, signal.SIGKILL)
         os.waitpid(self.zygote, 0)
         if self.sandboxed:
-            from agents.sandbox import others
             deadline = time.monotonic() + LINGER_S
             while others({os.getpid()}) and time.monotonic() < deadline:
                 time.sleep(0.001)
@@ -444,7 +239,6 @@ class _Host:
         process but the host, the fork server and the last case (killed, perhaps still being
         torn down) may be running: one that outlives its case is refused."""
         if self.sandboxed:
-            from agents.sandbox import case_problems, others
             known = {os.getpid(), self.zygote, *self.killed}
             deadline = time.monotonic() + LINGER_S  # (a process may be exiting as we look)
             while (left := others(known)) and time.monotonic() < deadline:

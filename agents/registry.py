@@ -1,56 +1,27 @@
-"""Every policy by its spec (`agents/spec.py` parses them): the project's scripted policies,
-open-loop plans, saved stable-baselines3 models (loaded as data, no pickle of the archive run,
-unless `allow_pickle`: `agents/learned.py`) and policies from outside the project, graded in
-their own process (`agents/external.py`). A language model (`model:NAME`) needs an endpoint:
-`python -m eval model` builds it (`agents/model.py`)."""
+"""The project's own policies by name, and the line-ups the commands grade: one table each.
+
+`CLASSES` maps every scripted policy's name (its spec) to its class: the nine of docs/world.md
+section 9 and the four floors. `HEADLINE` is the nine, in the order every table shows them: the
+default line-up of `python -m eval headline` and every experiment (the Makefile's `grade-models`
+asks this module for it). `GATE` is the policy the model arm and the cost sweep compare against.
+"""
 
 from __future__ import annotations
 
 from . import scripted
-from .external import ExternalPolicy
-from .spec import CLASSES, PolicySpec
-from finality_gym.policy import Policy
 
+CLASSES = {cls.name: cls for cls in (
+    scripted.RandomPolicy, scripted.Optimistic, scripted.Eager, scripted.MajorityVote,
+    scripted.SOP, scripted.ReAct, scripted.Reflection, scripted.FinalityGate,
+    scripted.FinalityOracle, scripted.AlwaysShip, scripted.AlwaysRefund, scripted.AlwaysEscalate,
+    scripted.DoNothing)}
+SCRIPTED = tuple(CLASSES)
 FLOORS = ("always_ship", "always_refund", "always_escalate", "do_nothing")
+HEADLINE = tuple(name for name in SCRIPTED if name not in FLOORS)
+GATE = scripted.FinalityGate.name
 
 
 def is_unprivileged_scripted(spec: str) -> bool:
     """A rule written by hand that sees only tool results: not the oracle, not a model."""
     cls = CLASSES.get(spec.partition(":")[0])
     return cls is not None and not cls.privileged
-
-
-def make_policy(spec: str | PolicySpec, sandbox: bool = True,
-                allow_pickle: bool = False) -> Policy:
-    """The policy a spec names; an outside one runs in the operating-system sandbox unless
-    `sandbox` is False (`agents/sandbox.py`); a saved model is loaded as data unless
-    `allow_pickle` is True, which runs the pickles inside its archive, in this process
-    (`agents/learned.py`: for files one trusts)."""
-    parsed = spec if isinstance(spec, PolicySpec) else PolicySpec.parse(spec)
-    if parsed.kind == "outside":
-        return ExternalPolicy(parsed, sandbox=sandbox)
-    if parsed.learned:
-        from .learned import load_sb3
-        return load_sb3(parsed.target, greedy=parsed.kind.endswith("-greedy"),
-                        kind=parsed.kind.removesuffix("-greedy"), allow_pickle=allow_pickle)
-    if parsed.kind == "model":
-        raise ValueError(f"{parsed} is a language model: grade it with python -m eval model "
-                         "--model NAME --base-url URL")
-    if parsed.kind == "plan":
-        parts = parsed.target.split(",")
-        if len(parts) != 4 or not parts[0].isdigit() or not parts[2].isdigit():
-            raise ValueError(f"bad plan {str(parsed)!r}; expected plan:W1,RETRY,W2,TERMINAL")
-        return scripted.OpenLoopPlan(int(parts[0]), parts[1], int(parts[2]), parts[3])
-    name, rest = parsed.target, parsed.arguments
-    if not rest:
-        return CLASSES[name]()
-    if name != "sop":
-        raise ValueError(f"policy {name!r} takes no knobs, got {rest!r}")
-    knobs = {}
-    for item in rest.split(","):
-        key, eq, value = item.partition("=")
-        if not eq or key not in ("poll_interval", "max_polls") or not value.isdigit():
-            raise ValueError(f"bad knob {item!r} in {str(parsed)!r}; sop takes poll_interval=INT, "
-                             "max_polls=INT")
-        knobs[key] = int(value)
-    return scripted.SOP(**knobs)

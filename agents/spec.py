@@ -24,15 +24,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import scripted
+from .registry import SCRIPTED
 
 ROOT = Path(__file__).resolve().parents[1]
-CLASSES = {cls.name: cls for cls in (
-    scripted.RandomPolicy, scripted.Optimistic, scripted.Eager, scripted.MajorityVote,
-    scripted.SOP, scripted.ReAct, scripted.Reflection, scripted.FinalityGate,
-    scripted.FinalityOracle, scripted.AlwaysShip, scripted.AlwaysRefund, scripted.AlwaysEscalate,
-    scripted.DoNothing)}
-SCRIPTED = tuple(CLASSES)
 KINDS = ("plan", "ppo", "ppo-greedy", "sb3", "sb3-greedy", "model")
 LEARNED = ("ppo", "ppo-greedy", "sb3", "sb3-greedy")
 FORMS = ("NAME, sop:poll_interval=INT,max_polls=INT, plan:W1,RETRY,W2,TERMINAL, ppo:PATH, "

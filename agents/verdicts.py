@@ -1,39 +1,36 @@
-"""A read's verdict (docs/world.md section 9). A failure seen in the ledger or the ERP carries no decline
-code, so it reads as a soft decline (a keyed retry is always safe)."""
+"""A read's verdict (docs/world.md section 9): settled, failed (soft or hard) or pending.
+
+The scripted policies decide on these. What each read says is `finality_gym.readings`, the one
+reading the env's observations and the timeline also use; a verdict keeps its settled and failed
+states and calls the rest (submitted, reversed, shipped, nothing shown) pending. The bank alone has
+a rule of its own: any credit line reads as settled, whatever went out again.
+"""
 
 from __future__ import annotations
 
-SETTLED, FAILED_SOFT, FAILED_HARD, PENDING = "settled", "failed_soft", "failed_hard", "pending"
+from finality_gym import readings as r
+from finality_gym.episode import READS
+
+SETTLED, FAILED_SOFT, FAILED_HARD, PENDING = r.SETTLED, r.FAILED_SOFT, r.FAILED_HARD, r.PENDING
+ROTATION = READS  # processor, ledger, ERP, bank: the order the polling policies read in
+
+
+def _verdict(state: str) -> str:
+    return state if state in (SETTLED, FAILED_SOFT, FAILED_HARD) else PENDING
 
 
 def processor(result: dict) -> str:
-    """The newest capture's status: settled / failed (with its decline) / else pending."""
-    ops = result["operations"]
-    if not ops:
-        return PENDING
-    newest = ops[-1]
-    if newest["status"] == "settled":
-        return SETTLED
-    if newest["status"] == "failed":
-        return FAILED_HARD if newest["decline"] == "hard" else FAILED_SOFT
-    return PENDING
+    """The newest capture's state."""
+    newest = r.newest_capture(result)
+    return PENDING if newest is None else _verdict(r.capture_state(newest))
 
 
 def ledger(result: dict) -> str:
-    if result["balances"]["cash"] > 0:
-        return SETTLED
-    if any(entry["memo"] == "capture_failed" for entry in result["entries"]):
-        return FAILED_SOFT
-    return PENDING
+    return _verdict(r.ledger_state(result))
 
 
 def erp(result: dict) -> str:
-    status = result["status"]
-    if status == "paid":
-        return SETTLED
-    if status == "payment_failed":
-        return FAILED_SOFT
-    return PENDING
+    return _verdict(r.ERP_STATE[result["status"]])
 
 
 def bank(result: dict) -> str:
@@ -41,9 +38,8 @@ def bank(result: dict) -> str:
 
 
 def bank_credits(result: dict) -> int:
-    return sum(line["amount"] for line in result["lines"] if line["amount"] > 0)
+    return r.bank_totals(result).credits
 
 
 BY_READ = {"read_processor": processor, "read_ledger": ledger, "read_erp": erp,
            "read_bank": bank}
-ROTATION = ("read_processor", "read_ledger", "read_erp", "read_bank")

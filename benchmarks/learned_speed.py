@@ -44,7 +44,7 @@ def tiny_archives(folder: Path) -> dict[str, Path]:
 
 def timed(spec: str, folder: Path) -> tuple[float, int, int]:
     """Seconds for one whole grading of `spec` on public x 1 seed, its episodes and calls."""
-    from eval.grader import RunConfig, grade
+    from eval.grading.grader import RunConfig, grade
     with tempfile.TemporaryDirectory(dir=folder) as out:
         started = time.perf_counter()
         rows = grade(RunConfig((spec,), seeds=(0,)), Path(out), workers=1, progress=False)

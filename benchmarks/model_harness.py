@@ -38,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["TEST_KEY"] = "test-key"
     from agents.model import ModelConfig
-    from eval.model_arm import grade_model, run_config
+    from eval.models.arm import grade_model, run_config
 
     queue = multiprocessing.get_context("spawn").Queue()
     server = multiprocessing.get_context("spawn").Process(target=serve, args=(queue,), daemon=True)

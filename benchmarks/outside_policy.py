@@ -47,7 +47,7 @@ def main() -> None:
     from agents import make_policy, run_episode
     from agents.sandbox import unavailable
     from finality_gym import load_corpus
-    from eval.grader import CHUNK, RunConfig, grade
+    from eval.grading.grader import CHUNK, RunConfig, grade
     runs = [("in process", "finality_gate", True, 1),
             ("outside, no sandbox", "agents.scripted:FinalityGate", False, 1),
             ("outside, no sandbox", "agents.scripted:FinalityGate", False, 2)]

@@ -30,11 +30,12 @@ def one(args: tuple) -> float:
 
     if threads:
         torch.set_num_threads(threads)
-    from train.ppo import PPOConfig, algorithm, make_envs
+    from train.config import ALGOS, TrainConfig
+    from train.run import make_envs
 
-    config = PPOConfig(env=env_id, masked=masked, **overrides)
+    config = TrainConfig(env=env_id, masked=masked, **overrides)
     envs = make_envs(config)
-    model = algorithm(config)("MlpPolicy", envs, learning_rate=config.learning_rate,
+    model = ALGOS[config.algo].cls()("MlpPolicy", envs, learning_rate=config.learning_rate,
                               n_steps=config.n_steps, batch_size=config.batch_size,
                               n_epochs=config.n_epochs, gamma=config.gamma, seed=config.seed,
                               ent_coef=config.ent_coef, device="cpu",

@@ -25,8 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eval import headline, view  # noqa: E402
-from eval.runfolder import read_rows  # noqa: E402
+import eval.experiments.headline as headline  # noqa: E402
+import eval.site.view as view  # noqa: E402
+from eval.grading.runfolder import read_rows  # noqa: E402
 
 CHROMIUM = [shutil.which("chromium") or "chromium", "--headless", "--no-sandbox",
             "--disable-gpu", "--no-first-run", "--virtual-time-budget=30000"]

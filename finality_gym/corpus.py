@@ -8,7 +8,7 @@ archetype in the order of `_SINGLETONS` (docs/world.md section 6); task ids are 
 so ids are unique across splits; NNN counts constructions, so both halves of a pair share it,
 suffixed `a` for the settling and `b` for the failing half).
 
-The private split (`use_private`) is generated from a leaderboard operator's secret master seed,
+The private split (`private_corpus`) is generated from a leaderboard operator's secret master seed,
 which must lie in [2**127, 2**256) (`check_master_seed`; `new_master_seed` draws 128 random
 bits): a smaller one could be found by trying seeds until one reproduces the published
 fingerprint. Its ids are opaque: `pri-` and 12 hex digits of an HMAC-SHA256 keyed by the master
@@ -33,7 +33,7 @@ from functools import cached_property, lru_cache
 from .tasks import ORDER_VALUES, Task
 
 SPLITS = {"public": 1729, "regenerated": 2718}
-PRIVATE = "private"  # generated from a leaderboard operator's master seed (`use_private`)
+PRIVATE = "private"  # generated from a leaderboard operator's master seed (`private_corpus`)
 
 # (archetype, fate or None for the unresolvable coin, t_det range, count)
 _SINGLETONS = (
@@ -206,17 +206,15 @@ def fingerprint(split: str, tasks: tuple[Task, ...]) -> str:
     return hashlib.sha256(canonical_json(split, tasks).encode()).hexdigest()[:16]
 
 
-_private: dict[str, Corpus] = {}
-
-
-def use_private(master_seed: int) -> Corpus:
-    """Generate the private split of a leaderboard operator from a master seed no submitter has
-    seen, and make it `load_corpus("private")` in this process. The seed is kept in memory only;
-    the corpus is known by its fingerprint. The seed must pass `check_master_seed` (which also
-    keeps out the published splits' seeds)."""
+@lru_cache(maxsize=2)
+def private_corpus(master_seed: int) -> Corpus:
+    """The private split of a leaderboard operator, generated from a master seed no submitter
+    has seen; the caller holds the seed and passes it here each time (nothing in the process
+    becomes the private split: `load_corpus("private")` refuses). The seed stays in memory; the
+    corpus is known by its fingerprint. The seed must pass `check_master_seed` (which also keeps
+    out the published splits' seeds)."""
     tasks = generate(PRIVATE, check_master_seed(master_seed))
-    _private[PRIVATE] = Corpus(PRIVATE, fingerprint(PRIVATE, tasks), tasks)
-    return _private[PRIVATE]
+    return Corpus(PRIVATE, fingerprint(PRIVATE, tasks), tasks)
 
 
 @lru_cache(maxsize=None)
@@ -226,12 +224,11 @@ def _published(split: str) -> Corpus:
 
 
 def load_corpus(split: str = "public") -> Corpus:
-    """The corpus of one split, generated once per process (`private`: after `use_private`)."""
+    """The corpus of a published split, generated once per process; the private split is made
+    from its master seed by `private_corpus`."""
     if split == PRIVATE:
-        if PRIVATE not in _private:
-            raise ValueError("the private split is generated from a master seed: give "
-                             "--master-seed-file (finality_gym.corpus.use_private)")
-        return _private[PRIVATE]
+        raise ValueError("the private split is generated from a master seed: give "
+                         "--master-seed-file (finality_gym.corpus.private_corpus)")
     return _published(split)
 
 

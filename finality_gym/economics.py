@@ -6,7 +6,7 @@ position = cash - cogs - liability - dispute - escalation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Iterable
 
 
@@ -37,6 +37,19 @@ class Costs:
     def to_dict(self) -> dict:
         return {"cogs_fraction": self.cogs_fraction, "dispute_fee": self.dispute_fee,
                 "escalation_fee": self.escalation_fee}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Costs:
+        """The costs whose `to_dict` is `data` (a run.json's `costs`); anything else is refused,
+        saying why, rather than read as other costs (the types are checked on construction)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"costs are a dict (Costs.to_dict), got {data!r}")
+        names = {f.name for f in fields(cls)}
+        unknown, missing = set(data) - names, names - set(data)
+        if unknown or missing:
+            raise ValueError(f"not costs: unknown keys {sorted(unknown)}, missing keys "
+                             f"{sorted(missing)}")
+        return cls(**data)
 
 
 DEFAULT_COSTS = Costs()

@@ -1,8 +1,9 @@
 """The observation encoder of `Finality-v0`, shared by the env and the learned-policy adapter.
 
-It decodes tool results (never the truth) into one preallocated float32 vector, so a policy
-trained on the env sees exactly the same observations when the grader runs it through the
-engine. The table of every index is in `FinalityEnv`'s docstring.
+It decodes tool results (never the truth), read as `readings` reads them for every reader, into
+one preallocated float32 vector, so a policy trained on the env sees exactly the same observations
+when the grader runs it through the engine. The table of every index is in `FinalityEnv`'s
+docstring.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 
 import numpy as np
 
+from . import readings as r
 from .episode import READS
 from .tasks import CALL_BUDGET, HANDOVER_AT, HORIZON, ORDER_VALUES, SHIP_BY
 
@@ -20,7 +22,7 @@ PROC_STATUSES = ("absent", "submitted", "settled", "failed_soft", "failed_hard",
 PROBE_STATUSES = ("none", "unknown", "settled", "failed_soft", "failed_hard", "submitted")
 ERP_STATUSES = (None, "placed", "authorized", "payment_pending", "paid", "payment_failed",
                 "shipped", "refunded", "disputed")
-_PROC_INDEX = {"submitted": 1, "settled": 2, "refunded": 5, "voided": 5, "charged_back": 5}
+_PROC_INDEX = {s: i for i, s in enumerate(PROC_STATUSES)}  # by `readings.capture_state`
 _PROBE_INDEX = {s: i for i, s in enumerate(PROBE_STATUSES)}
 _ERP_INDEX = {s: i for i, s in enumerate(ERP_STATUSES)}
 
@@ -98,19 +100,18 @@ class ObservationEncoder:
     def update(self, action: int, result: dict, now: int, calls_used: int) -> np.ndarray:
         """Fold the result of `action` in; `now` and `calls_used` are as after the call."""
         obs = self.obs
-        obs[_REFUSED] = 1.0 if "error" in result else 0.0
+        refused = r.refused(result)
+        obs[_REFUSED] = 1.0 if refused else 0.0
         if action < 4:
             self._last_read[_AGE_SLOTS[action]] = result["t"]
             obs[_SYS_READ[action]] = 1.0
             _DECODERS[action](obs, result, self.order_value)
         elif action == 4:
-            if "captures" in result:
+            if not refused:
                 self._last_read[_AGE_SLOTS[4]] = result["t"]
-                captures = result["captures"]
                 obs[_PROBE_ORIGINAL:_PROBE_NEWEST + len(PROBE_STATUSES)] = 0.0
-                obs[_PROBE_ORIGINAL + _PROBE_INDEX[captures.get("cap1", "none")]] = 1.0
-                newest = captures[max(captures, key=lambda op: int(op[3:]))] if captures else "none"
-                obs[_PROBE_NEWEST + _PROBE_INDEX[newest]] = 1.0
+                obs[_PROBE_ORIGINAL + _PROBE_INDEX[r.original_answer(result) or "none"]] = 1.0
+                obs[_PROBE_NEWEST + _PROBE_INDEX[r.newest_answer(result) or "none"]] = 1.0
         elif action == self.retry:
             obs[_RETRIES_ORIGINAL] = min(obs[_RETRIES_ORIGINAL] + 0.25, 1.0)
         elif action == self.retry + 1:
@@ -136,19 +137,12 @@ class ObservationEncoder:
             obs[slot] = min(now - last, HORIZON) / HORIZON
 
 
-def _proc_index(op: dict) -> int:
-    if op["status"] == "failed":
-        return 3 if op["decline"] == "soft" else 4
-    return _PROC_INDEX[op["status"]]
-
-
 def _decode_processor(obs: np.ndarray, result: dict, ov: int) -> None:
-    ops = result["operations"]
     obs[6:18] = 0.0
-    original = next((op for op in ops if op["op"] == "cap1"), None)
-    obs[6 + (0 if original is None else _proc_index(original))] = 1.0
-    obs[12 + (_proc_index(ops[-1]) if ops else 0)] = 1.0
-    obs[18] = min(len(ops) / 4, 1.0)
+    original, newest = r.original_capture(result), r.newest_capture(result)
+    obs[6 + (0 if original is None else _PROC_INDEX[r.capture_state(original)])] = 1.0
+    obs[12 + (0 if newest is None else _PROC_INDEX[r.capture_state(newest)])] = 1.0
+    obs[18] = min(len(result["operations"]) / 4, 1.0)
 
 
 def _decode_ledger(obs: np.ndarray, result: dict, ov: int) -> None:
@@ -156,15 +150,9 @@ def _decode_ledger(obs: np.ndarray, result: dict, ov: int) -> None:
     obs[21] = min(max(balances["cash"] / ov, -4.0), 4.0)
     obs[22] = min(max(balances["clearing"] / ov, -4.0), 4.0)
     obs[23] = min(max(result["imbalance"] / ov, -4.0), 4.0)
-    settled = failed = 0
-    for entry in result["entries"]:
-        memo = entry["memo"]
-        if memo == "capture_settled":
-            settled += 1
-        elif memo == "capture_failed":
-            failed += 1
-    obs[24] = min(settled / 4, 1.0)
-    obs[25] = min(failed / 4, 1.0)
+    entries = r.ledger_entries(result)
+    obs[24] = min(entries.settled / 4, 1.0)
+    obs[25] = min(entries.failed / 4, 1.0)
 
 
 def _decode_erp(obs: np.ndarray, result: dict, ov: int) -> None:
@@ -173,17 +161,10 @@ def _decode_erp(obs: np.ndarray, result: dict, ov: int) -> None:
 
 
 def _decode_bank(obs: np.ndarray, result: dict, ov: int) -> None:
-    credits = debits = lines = 0
-    for line in result["lines"]:
-        amount = line["amount"]
-        if amount > 0:
-            credits += amount
-            lines += 1
-        else:
-            debits -= amount
-    obs[39] = min(credits / ov, 4.0)
-    obs[40] = min(debits / ov, 4.0)
-    obs[41] = min(lines / 4, 1.0)
+    totals = r.bank_totals(result)
+    obs[39] = min(totals.credits / ov, 4.0)
+    obs[40] = min(totals.debits / ov, 4.0)
+    obs[41] = min(totals.credit_lines / 4, 1.0)
 
 
 _DECODERS = (_decode_processor, _decode_ledger, _decode_erp, _decode_bank)

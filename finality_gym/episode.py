@@ -18,7 +18,7 @@ Choices where the rules are silent: a lapse (budget spent or horizon reached) is
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, get_args, get_type_hints
 
 from .economics import DEFAULT_COSTS, Costs, outcome_of, price
 from .faults import FAMILIES, FaultProfile
@@ -34,7 +34,7 @@ PROBE_ARMS = ("full", "none", "delayed", "rate_limited", "identity")
 PROBE_DELAY = 120
 PROBE_LIMIT = 2
 PROBE_TICKS = 5
-_READ_SYSTEM = {"read_processor": PROCESSOR, "read_ledger": LEDGER, "read_erp": ERP,
+READ_SYSTEM = {"read_processor": PROCESSOR, "read_ledger": LEDGER, "read_erp": ERP,
                 "read_bank": BANK}
 _DEFAULT_FAULTS = FaultProfile()
 _NO_FIRINGS = dict.fromkeys(FAMILIES, 0)
@@ -78,6 +78,33 @@ class EpisodeRecord(NamedTuple):
     def to_dict(self) -> dict:
         return self._asdict()
 
+    @classmethod
+    def from_dict(cls, data: dict) -> EpisodeRecord:
+        """The record whose `to_dict` is `data` (the record's part of a graded row); anything
+        else is refused, saying why: a key it does not have or lacks, a value not of its
+        field's type (an int is not a bool here, nor a float an int), or counts that are not
+        ints by name."""
+        if not isinstance(data, dict):
+            raise ValueError(f"an episode record is a dict (EpisodeRecord.to_dict), got {data!r}")
+        unknown, missing = set(data) - set(cls._fields), set(cls._fields) - set(data)
+        if unknown or missing:
+            raise ValueError(f"not an episode record: unknown keys {sorted(unknown)}, missing "
+                             f"keys {sorted(missing)}")
+        for name, kinds in _RECORD_TYPES.items():
+            value = data[name]
+            if type(value) not in kinds:
+                names = " | ".join("None" if k is type(None) else k.__name__ for k in kinds)
+                raise ValueError(f"an episode record's {name} is {names}, got {value!r}")
+            if kinds == (dict,) and not all(type(k) is str and type(n) is int
+                                            for k, n in value.items()):
+                raise ValueError(f"an episode record's {name} counts ints by name, got {value!r}")
+        return cls(**data)
+
+
+# field -> the types its value may have, for `from_dict`
+_RECORD_TYPES = {name: get_args(hint) or (hint,)
+                 for name, hint in get_type_hints(EpisodeRecord).items()}
+
 
 class Episode:
     __slots__ = ("task", "seed", "faults", "probe", "costs", "world", "now", "calls_used",
@@ -120,7 +147,7 @@ class Episode:
                               f"{self.disposition!r}); no further calls are accepted")
         ticks = check_call(tool, args)
         t = self.now
-        system = _READ_SYSTEM.get(tool)
+        system = READ_SYSTEM.get(tool)
         if system is not None:
             self.world.advance(t)
             if self._replicas is None:

@@ -82,3 +82,21 @@ class FaultProfile:
 
     def to_dict(self) -> dict:
         return {"intensity": self.intensity, "families": sorted(self.families)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FaultProfile:
+        """The profile whose `to_dict` is `data` (a run.json's `faults`); anything else is
+        refused, saying why, rather than read as some other profile."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a fault profile is a dict (FaultProfile.to_dict), got {data!r}")
+        keys = {"intensity", "families"}
+        unknown, missing = set(data) - keys, keys - set(data)
+        if unknown or missing:
+            raise ValueError(f"not a fault profile: unknown keys {sorted(unknown)}, missing keys "
+                             f"{sorted(missing)}")
+        families = data["families"]
+        if not isinstance(families, list) or not all(isinstance(f, str) for f in families):
+            raise ValueError(f"a fault profile's families are a list of names, got {families!r}")
+        if len(set(families)) != len(families):
+            raise ValueError(f"a fault profile's families name one twice: {families!r}")
+        return cls(data["intensity"], frozenset(families))

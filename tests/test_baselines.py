@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from eval import seeds as aggregate
+import eval.sweeps.aggregate as aggregate
 from eval.__main__ import main as eval_cli
-from eval.baselines import END, sources_in, table
-from eval.grader import RunConfig, grade
-from eval.headline import HEADLINE
+from eval.sweeps.baselines import END, baselines_table, sources_in
+from eval.grading.grader import RunConfig, grade
+from agents.registry import HEADLINE
 
 ROOT = Path(__file__).resolve().parents[1]
 LEARNED = f"ppo:{ROOT / 'models' / 'ppo_full.zip'}"
@@ -92,7 +92,7 @@ def test_the_baselines_table_is_written_between_the_readme_markers_and_only_ther
     assert row.endswith(f"[seeds]({os.path.relpath(sweep / 'seeds.png', tmp_path)}) |")
     # the marker keeps the command: the table regenerates from the folders it names
     assert sources_in(readme) == [readme.parent / str(sweep)]
-    assert table(sources_in(readme), readme.parent) in text
+    assert baselines_table(sources_in(readme), readme.parent) in text
     # run again: the same file
     assert eval_cli(["baselines", str(sweep), "--readme", str(readme)]) == 0
     assert readme.read_text() == text

@@ -90,8 +90,8 @@ def test_the_readme_baselines_table_is_the_one_its_sweep_folders_generate():
     """The learned-baselines table is written by `python -m eval baselines` from the sweep
     folders its marker names (docs/sweeps/: each sweep's summary.json, report.md, seeds.png),
     never typed: regenerated here, it must be the README's, and every folder must be there."""
-    from eval.baselines import sources_in, table
+    from eval.sweeps.baselines import baselines_table, sources_in
 
     sources = sources_in(README)
     assert sources and all((s / "summary.json").is_file() for s in sources)
-    assert table(sources, README.parent) in README.read_text()
+    assert baselines_table(sources, README.parent) in README.read_text()

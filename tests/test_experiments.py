@@ -15,8 +15,11 @@ import pytest
 
 import finality_gym
 from agents import make_policy, run_episode
-from eval import ablation, costs, plans, tuning
-from eval.grader import RunConfig, grade
+import eval.experiments.ablation as ablation
+import eval.experiments.costs as costs
+import eval.experiments.plans as plans
+import eval.experiments.tuning as tuning
+from eval.grading.grader import RunConfig, grade
 from finality_gym import FAMILIES, FaultProfile
 from finality_gym.economics import Costs
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import finality_gym
-from eval.grader import RunConfig, grade
-from eval.runfolder import read_rows
+from eval.grading.grader import RunConfig, grade
+from eval.grading.runfolder import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = tuple(t.task_id for t in finality_gym.load_corpus("public").tasks[::8])

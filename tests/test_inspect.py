@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from agents.model import ModelConfig
-from eval import import_inspect, model_arm
-from eval.grader import RunConfig
-from eval.runfolder import read_rows
+import eval.models.import_inspect as import_inspect
+import eval.models.arm as model_arm
+from eval.grading.grader import RunConfig
+from eval.grading.runfolder import read_rows
 from finality_gym.episode import EpisodeRecord
 
 from chat_server import ChatServer, misbehave_schedule

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from agents import make_policy
-from eval import import_inspect
+import eval.models.import_inspect as import_inspect
 from eval import __main__ as eval_main
-from eval.grader import RunConfig, grade_row
-from eval.runfolder import read_rows
+from eval.grading.grader import RunConfig, grade_row
+from eval.grading.runfolder import read_rows
 from finality_gym import load_corpus
 from finality_gym.episode import EpisodeRecord
 

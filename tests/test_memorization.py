@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_sandbox import needs_sandbox
+from sandbox_harness import needs_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 ATTACK = f"{ROOT / 'tests' / 'redteam' / 'memorize.py'}:Memorize"

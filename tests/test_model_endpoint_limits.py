@@ -16,10 +16,11 @@ import pytest
 from agents.model import (DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TRANSCRIPT_BYTES, PREFLIGHT,
                           Endpoint, InfrastructureError, ModelConfig)
 from eval.__main__ import EXIT_INCOMPLETE, main
-from eval.model_arm import read_transcript
-from eval.runfolder import read_rows
+from eval.models.arm import read_transcript
+from eval.grading.runfolder import read_rows
 
 from chat_server import ChatServer, Fault
+from model_client import key  # noqa: F401  (the autouse fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1 << 20
@@ -33,12 +34,6 @@ code = main(sys.argv[1:])
 print("RESULT " + json.dumps({"code": code, "seconds": time.monotonic() - started,
       "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
 """
-
-
-@pytest.fixture(autouse=True)
-def key(monkeypatch):
-    monkeypatch.setenv("TEST_KEY", "test-key")
-    monkeypatch.setenv("FINALITY_NO_PROGRESS", "1")
 
 
 def command(server, out: Path, *more: str, limit: float) -> dict:

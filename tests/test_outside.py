@@ -18,9 +18,8 @@ from agents import brief_for, run_episode
 from agents.external import ExternalPolicy, PolicyLoadError
 from agents.spec import PolicySpec
 from eval.__main__ import main
-from eval.grader import RunConfig, grade
+from eval.grading.grader import RunConfig, grade
 from finality_gym import load_corpus
-from finality_gym.policy import PolicyError
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = tuple(t.task_id for t in load_corpus("public").tasks[:3])
@@ -84,11 +83,36 @@ def test_the_time_limit_names_the_variable_that_sets_it(tmp_path, capsys, monkey
             "to change it)") in err, err
 
 
+def test_the_time_limit_is_ten_seconds_unless_set(tmp_path, monkeypatch):
+    path = policy_file(tmp_path / "gate.py", ALWAYS.format(name="gate", call="ship"))
+    spec = PolicySpec.parse(f"{path}:Always")
+    monkeypatch.delenv("FINALITY_POLICY_TIMEOUT", raising=False)
+    assert ExternalPolicy(spec).timeout_s == 10.0
+    monkeypatch.setenv("FINALITY_POLICY_TIMEOUT", "2.5")
+    assert ExternalPolicy(spec).timeout_s == 2.5
+    assert ExternalPolicy(spec, timeout_s=7).timeout_s == 7
+
+
+@pytest.mark.parametrize("value", ["ten", "0", "-1", "inf"])
+def test_a_time_limit_that_is_not_a_positive_number_is_refused(tmp_path, capsys, monkeypatch,
+                                                               value):
+    """Before any case: said in words, naming the variable and its value (not a conversion
+    error, nor cases that all time out at once, nor no limit at all)."""
+    monkeypatch.setenv("FINALITY_POLICY_TIMEOUT", value)
+    path = policy_file(tmp_path / "gate.py", ALWAYS.format(name="gate", call="ship"))
+    assert main(["headline", "--out", str(tmp_path / "run"), "--seeds", "1", "--workers", "1",
+                 "--tasks", TASKS[0], "--sandbox", "off", "--policies", f"{path}:Always"]) == 2
+    err = capsys.readouterr().err
+    assert ("error: FINALITY_POLICY_TIMEOUT must be a positive number of seconds (a case's wall "
+            f"time; 10 if unset), not {value!r}") in err, err
+    assert "Traceback" not in err, err
+
+
 # ----------------------------------------------------------------- a grader that goes away
 GRADE_TWO = """
 import sys
 from pathlib import Path
-from eval.grader import RunConfig, grade
+from eval.grading.grader import RunConfig, grade
 from finality_gym import load_corpus
 from finality_gym.policy import PolicyError
 tasks = tuple(t.task_id for t in load_corpus("public").tasks[:128])  # one chunk a policy
@@ -129,7 +153,8 @@ def test_a_policy_whose_grader_is_gone_exits_quietly(tmp_path):
     text = (tmp_path / "stderr.txt").read_text()
     assert "KeyError: 'oops'" in text, text
     assert f'File "{tmp_path / "fails.py"}", line 10, in plan' in text, text
-    assert "BrokenPipeError" not in text and "agents/host.py" not in text, text
+    assert "BrokenPipeError" not in text, text
+    assert "agents/host.py" not in text and "agents/fork_server.py" not in text, text
 
 
 def _running(pid: int) -> bool:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import finality_gym
-from eval.headline import HEADLINE
+from agents.registry import HEADLINE
 from agents import FLOORS, Brief, Privilege, brief_for, make_policy, run_episode
 from agents.learned import GymPolicy, load_sb3
 from finality_gym.env import FinalityEnv

@@ -16,12 +16,13 @@ from argparse import Namespace
 
 import pytest
 
-import finality_gym.corpus as corpus_module
-from eval.__main__ import main, master_seed
-from eval.runfolder import read_rows
+from eval.__main__ import main
+from eval.grading.grader import RunConfig
+from eval.grading.master_seed import master_seed
+from eval.grading.runfolder import read_rows
 from finality_gym import load_corpus
 from finality_gym.corpus import (MASTER_SEED_LIMIT, MASTER_SEED_MIN, PRIVATE, check_master_seed,
-                                 generate, use_private)
+                                 generate, private_corpus)
 from finality_gym.tasks import ARCHETYPES
 
 # Two master seeds as `python -m eval keygen` makes them (128 random bits above bit 128).
@@ -30,12 +31,6 @@ OTHER = 0x1e81bf9319406546e6b5059121104c8c9
 KEYGEN = "python -m eval keygen --out FILE"
 TASK_ID = re.compile(r"pri-[0-9a-f]{12}")
 TWIN_ID = re.compile(r"pri-twin-[0-9a-f]{12}")
-
-
-@pytest.fixture(autouse=True)
-def _no_private_split_left(monkeypatch):
-    """Each test's private split (made by the command line) is its own and goes with it."""
-    monkeypatch.setattr(corpus_module, "_private", {})
 
 
 def keygen(path) -> int:
@@ -107,7 +102,7 @@ def test_the_rule_is_2_to_the_127_to_2_to_the_256():
 
 def test_a_low_seed_is_refused_by_the_library_too():
     with pytest.raises(ValueError, match=re.escape(KEYGEN)):
-        use_private(4242)
+        private_corpus(4242)
     with pytest.raises(ValueError, match=re.escape(KEYGEN)):
         generate(PRIVATE, 2 ** 64)
     with pytest.raises(ValueError, match="generated from a master seed"):
@@ -169,7 +164,7 @@ def test_a_keygen_seed_grades_the_private_split(tmp_path, capsys, monkeypatch):
     for written in out.iterdir():
         assert str(seed).encode() not in written.read_bytes(), written
     fingerprint = json.loads((out / "summary.json").read_text())["fingerprint"]
-    assert fingerprint == load_corpus(PRIVATE).fingerprint
+    assert fingerprint == private_corpus(seed).fingerprint
 
 
 # ----------------------------------------------------------------- opaque ids
@@ -229,17 +224,28 @@ def test_private_twin_pairs_are_still_pairs():
         assert a.task_id != b.task_id and twin_id not in (a.task_id, b.task_id)
     kinds = {tuple(sorted(t.archetype for t in pair)) for pair in pairs.values()}
     assert kinds == {("pending_fail", "pending_settle"), ("unresolvable", "unresolvable")}
-    corpus = use_private(SEED)
+    corpus = private_corpus(SEED)
     assert len(corpus.units) == 276
 
 
 def test_private_ids_are_stable_for_a_seed_and_keyed_by_it():
     first, again, other = generate(PRIVATE, SEED), generate(PRIVATE, SEED), generate(PRIVATE, OTHER)
     assert first == again
-    assert use_private(SEED).fingerprint == use_private(SEED).fingerprint
+    assert private_corpus(SEED).fingerprint == private_corpus(SEED).fingerprint
     assert not {t.task_id for t in first} & {t.task_id for t in other}
     assert not {t.twin_id for t in first if t.twin_id} & {t.twin_id for t in other if t.twin_id}
-    assert use_private(SEED).fingerprint != use_private(OTHER).fingerprint
+    assert private_corpus(SEED).fingerprint != private_corpus(OTHER).fingerprint
     # the key is the seed: one bit of it moves every id
     near = generate(PRIVATE, SEED ^ 1)
     assert not {t.task_id for t in first} & {t.task_id for t in near}
+
+
+def test_a_private_config_holds_its_corpus_and_changes_nothing_in_the_process():
+    """The private corpus is the config's, passed explicitly: making a config (or grading with
+    it) leaves no private split behind for `load_corpus` to hand to anyone else."""
+    config = RunConfig(("finality_gate",), split=PRIVATE, seeds=(0,), master_seed=SEED)
+    assert config.corpus.fingerprint == private_corpus(SEED).fingerprint
+    assert config.corpus.fingerprint != RunConfig(("finality_gate",), split=PRIVATE, seeds=(0,),
+                                                  master_seed=OTHER).corpus.fingerprint
+    with pytest.raises(ValueError, match="generated from a master seed"):
+        load_corpus(PRIVATE)

@@ -17,7 +17,7 @@ import pytest
 import ray
 from ray import tune
 
-from eval.grader import RunConfig, grade
+from eval.grading.grader import RunConfig, grade
 from train.__main__ import main as train_cli
 
 from test_sweep import TINY, Sweep, same_model, snapshot
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def cluster():
-    os.environ["RAY_worker_niceness"] = "0"  # as eval.distributed.connect does for its own
+    os.environ["RAY_worker_niceness"] = "0"  # as eval.grading.distributed.connect does for its own
     info = ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
     yield info.address_info["gcs_address"]
     ray.shutdown()

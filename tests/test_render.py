@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import check_env
 import finality_gym
 from agents import make_policy, run_episode
 from eval.__main__ import main as eval_main
-from eval.show import default_path, show
+from eval.experiments.show import default_path, show
 from finality_gym import Episode, timeline
 from finality_gym.env import FinalityEnv
 

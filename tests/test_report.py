@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from eval import headline
-from eval.report import headline_table, report_markdown
-from eval.summary import summarize
+import eval.experiments.headline as headline
+from finality_gym import load_corpus
+from eval.reports.report import headline_table, report_markdown
+from eval.stats.summary import summarize
 
 MODEL = "ppo:models/ppo_full.zip"
 
@@ -68,7 +69,7 @@ def test_the_references_premature_rate_and_cogs_are_explained(nine):
 def test_a_learned_model_graded_alone_is_compared_with_nothing(nine):
     _, rows = nine
     alone = [{**r, "policy": MODEL} for r in rows if r["policy"] == "react"]
-    summary = summarize(alone, "public", [MODEL], [0], replicates=200)
+    summary = summarize(alone, load_corpus("public"), [MODEL], [0], replicates=200)
     assert "vs_baseline" not in summary["policies"][MODEL]
     for text in (headline_table(summary), report_markdown(summary, "t")):
         assert "vs baseline $" not in text and f"gap - {MODEL}" not in text
@@ -80,7 +81,7 @@ def test_a_named_baseline_is_kept_without_a_scripted_policy(nine):
     _, rows = nine
     pair = [{**r, "policy": MODEL} for r in rows if r["policy"] == "react"]
     pair += [r for r in rows if r["policy"] == "finality_oracle"]
-    summary = summarize(pair, "public", [MODEL, "finality_oracle"], [0], replicates=200,
+    summary = summarize(pair, load_corpus("public"), [MODEL, "finality_oracle"], [0], replicates=200,
                         baseline=MODEL)
     assert summary["policies"]["finality_oracle"]["vs_baseline"]["baseline"] == MODEL
     assert "the baseline this run names" in " ".join(headline_table(summary).split())

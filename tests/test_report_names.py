@@ -1,14 +1,14 @@
 """Names in report.md are the submitter's text: rendered by real Markdown renderers, a policy
 whose path holds HTML, a `|` and a backtick shows as its name and nothing else, in tables of
-the right shape (eval/report.py's `md_name`)."""
+the right shape (eval/reports/report.py's `md_name`)."""
 
 from html.parser import HTMLParser
 
 import pytest
 
-from eval.headline import HEADLINE
+from agents.registry import HEADLINE
 from eval.__main__ import main
-from eval.report import md_name
+from eval.reports.format import md_name
 
 EVIL_FOLDER = "<img src=x onerror=alert(1)>|`x"
 POLICY = '''from agents.scripted import FinalityGate

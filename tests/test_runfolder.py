@@ -1,8 +1,7 @@
-"""One module owns the run folder (`eval/runfolder.py`), one parses policy specs
+"""One module owns the run folder (`eval/grading/runfolder.py`), one parses policy specs
 (`agents/spec.py`): readers change nothing, rows go in job order, a replaced model is graded as
-what it now is, every spec kind parses one way, and the import graph has no circle."""
+what it now is, and every spec kind parses one way (the import graph: tests/test_layout.py)."""
 
-import ast
 import hashlib
 import json
 import shutil
@@ -12,9 +11,9 @@ import pytest
 
 import finality_gym
 from agents import PolicySpec, make_policy, split_specs
-from eval import seeds as aggregate
-from eval.grader import RunConfig, grade
-from eval.runfolder import OrderedAppender, keep_in_order, lock, read_rows, repair, seal
+import eval.sweeps.aggregate as aggregate
+from eval.grading.grader import RunConfig, grade
+from eval.grading.runfolder import OrderedAppender, keep_in_order, lock, read_rows, repair, seal
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = tuple(t.task_id for t in finality_gym.load_corpus("public").tasks[::40])
@@ -29,7 +28,7 @@ def test_readers_never_change_a_torn_file_and_the_writer_repairs_it(tmp_path):
     path.write_bytes(torn)
     assert read_rows(path) == rows
     assert path.read_bytes() == torn  # the reader cut nothing off
-    from eval.headline import recorded
+    from eval.experiments.headline import recorded
     recorded(config, tmp_path)  # the summary's reader neither
     assert path.read_bytes() == torn
     assert grade(config, tmp_path, progress=False) == rows  # the writer, under the lock, does
@@ -147,58 +146,3 @@ def test_the_aggregate_takes_a_greedy_learned_policy_too():
     assert aggregate.learned_spec(["sop", "ppo:m.zip"]) == "ppo:m.zip"
     with pytest.raises(ValueError, match="expected one learned policy"):
         aggregate.learned_spec(["sop", "ppo:a.zip", "ppo-greedy:b.zip"])
-
-
-# ------------------------------------------------------------------------- the import graph
-PACKAGES = ("finality_gym", "agents", "eval", "train")
-LAYER = {name: i for i, name in enumerate(PACKAGES)}
-
-
-def _imports(path: Path, module: str) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # the packages are flat: `.` is the module's own package
-                package = module.split(".")[0]
-                name = f"{package}.{node.module}" if node.module else package
-                found.add(name)
-                found |= {f"{name}.{alias.name}" for alias in node.names}
-            else:
-                found.add(node.module)
-                found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return found
-
-
-def _graph() -> dict[str, set[str]]:
-    modules = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).glob("*.py"):
-            name = package if path.name == "__init__.py" else f"{package}.{path.stem}"
-            modules[name] = path
-    return {name: {m for m in _imports(path, name) if m in modules and m != name}
-            for name, path in modules.items()}
-
-
-def test_dependencies_flow_one_way_and_have_no_circle():
-    graph = _graph()
-    for module, targets in graph.items():
-        for target in targets:
-            assert LAYER[target.split(".")[0]] <= LAYER[module.split(".")[0]], (module, target)
-    state: dict[str, int] = {}
-
-    def visit(node, stack):
-        state[node] = 1
-        for target in graph[node]:
-            if target.split(".")[0] in ("agents", "eval", "train") and target == target.split(".")[0]:
-                continue  # a package's __init__ re-exports; its modules are the nodes that count
-            if state.get(target) == 1:
-                raise AssertionError(f"import circle: {' -> '.join(stack + [target])}")
-            if not state.get(target):
-                visit(target, stack + [target])
-        state[node] = 2
-
-    for node in graph:
-        if not state.get(node):
-            visit(node, [node])

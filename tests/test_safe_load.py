@@ -26,7 +26,7 @@ import finality_gym
 from agents import make_policy, run_episode
 from agents.learned import load_sb3
 from eval.__main__ import main as eval_cli
-from eval.grader import RunConfig, grade_in_process
+from eval.grading.grader import RunConfig, grade_in_process
 from finality_gym.policy import brief_for
 from finality_gym.registration import ENV_IDS
 

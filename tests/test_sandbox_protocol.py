@@ -3,7 +3,7 @@
 command line, with the sandbox on (each finds nothing, or is refused with a message naming the
 policy) and, where the attack is on the sandbox rather than on the protocol, off (each works, so
 the test can fail). The harness (`attack`, `headline`, the sandbox's skip-or-fail) is
-`tests/test_sandbox.py`'s.
+`tests/sandbox_harness.py`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import secrets
 
 import pytest
 
-from test_sandbox import (SANDBOX, TASKS, _one_matplotlib_cache, all_refund, attack,  # noqa: F401
-                          end_leftovers, grading, headline)
+from sandbox_harness import (SANDBOX, TASKS, _one_matplotlib_cache, all_refund,  # noqa: F401
+                             attack, end_leftovers, grading, headline)
 
 
 OURS = re.compile(r'File "[^"]*/(agents|eval|finality_gym)/')  # a traceback of the project's
@@ -127,7 +127,7 @@ def test_every_chunk_gets_a_fresh_fork_server(tmp_path, sandbox):
     of work, each played in an unrecorded order: it never tells which chunk, and so which jobs,
     a case plays. Two chunks of 6 jobs through one worker's cached policy."""
     grading(sandbox)
-    import eval.grader as grader
+    import eval.grading.grader as grader
     from agents.external import ExternalPolicy
     spec = attack(tmp_path, "os_count", "Count")
     tasks = tuple(task.task_id for task in grader.load_corpus("public").tasks[:12])

@@ -17,7 +17,7 @@ from stable_baselines3 import A2C, DQN, SAC
 import finality_gym
 from agents import make_policy
 from eval.__main__ import main as eval_cli
-from eval.runfolder import read_rows
+from eval.grading.runfolder import read_rows
 from finality_gym.policy import brief_for
 
 PUBLIC = finality_gym.load_corpus("public")

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from eval.stats import (UnitSums, bootstrap_indices, difference_interval, pass_hat_k,
+from eval.stats.bootstrap import (UnitSums, bootstrap_indices, difference_interval, pass_hat_k,
                         percentile_interval, rank_disagreements, ranking, resample_counts)
-from eval.summary import summarize
+from eval.stats.summary import summarize
+from finality_gym import load_corpus
 
 
 def test_pass_hat_k_by_hand():
@@ -75,7 +76,7 @@ def test_paired_loss_and_exact_rate_by_hand():
         rows += [_row("p", settle, seed, 100, twin=settle.twin_id, half="settle"),
                  _row("p", fail, seed, 300, "pending_fail", twin=fail.twin_id, half="fail"),
                  _row("p", single, seed, 0 if seed == 0 else 50, premature=seed == 1)]
-    out = summarize(rows, "public", ["p"], [0, 1], replicates=200)["policies"]["p"]
+    out = summarize(rows, load_corpus("public"), ["p"], [0, 1], replicates=200)["policies"]["p"]
     assert out["paired"] == {**out["paired"], "settle": 1.0, "fail": 3.0, "average": 2.0}
     assert out["mean_gap"] == pytest.approx((1 + 3 + 0 + 1 + 3 + 0.5) / 6, abs=1e-6)
     assert out["exact"] == pytest.approx(1 / 6, abs=1e-6)
@@ -89,7 +90,7 @@ def test_paired_loss_and_exact_rate_by_hand():
 
 # --- across training seeds: the two-way (units x seeds) bootstrap ------------------------------
 
-from eval.stats import SeedUnitSums, improvement_probability, seed_resample_counts  # noqa: E402
+from eval.stats.bootstrap import SeedUnitSums, improvement_probability, seed_resample_counts  # noqa: E402
 
 
 def test_seed_unit_sums_by_hand():

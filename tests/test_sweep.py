@@ -16,16 +16,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval.runfolder import lock, read_rows
+from eval.grading.runfolder import lock, read_rows
 from train.__main__ import main as train_cli
-from train.ppo import PPOConfig, train
+from train.config import TrainConfig
+from train.run import train
 from train.sweep import check, parse_seeds, sweep
 
 
 TINY = ["--timesteps", "2048", "--n-envs", "2", "--n-steps", "256", "--batch-size", "256",
         "--n-epochs", "2", "--eval-every", "1024", "--validation-stride", "32",
         "--checkpoint-every", "1024", "--final-seeds", "1"]
-TINY_CONFIG = PPOConfig(timesteps=2048, n_envs=2, n_steps=256, batch_size=256, n_epochs=2,
+TINY_CONFIG = TrainConfig(timesteps=2048, n_envs=2, n_steps=256, batch_size=256, n_epochs=2,
                         eval_every=1024, validation_stride=32, checkpoint_every=1024,
                         final_seeds=1)
 
@@ -88,7 +89,7 @@ def test_a_sweep_writes_every_seed_run_and_the_aggregate(swept, capsys):
 
 def test_a_seed_trains_to_the_same_model_in_any_process(swept, tmp_path):
     """Seed 1 trained in a sweep worker (spawned, beside seed 0) and here, in this process."""
-    config = PPOConfig(**{**TINY_CONFIG.__dict__, "seed": 1, "out": str(tmp_path / "again")})
+    config = TrainConfig(**{**TINY_CONFIG.__dict__, "seed": 1, "out": str(tmp_path / "again")})
     train(config, grading_workers=1, label="again: ")
     first, second = swept / "seed_1", tmp_path / "again"
     assert same_model(first / "best_model.zip", second / "best_model.zip")
@@ -218,7 +219,7 @@ def test_bad_sweep_options_are_refused_before_anything_is_written(tmp_path):
 
 def test_nothing_but_the_ray_backends_imports_ray():
     code = ("import sys, finality_gym, agents, eval.__main__, train.__main__, train.sweep, "
-            "eval.seeds, eval.grader; "
+            "eval.sweeps.aggregate, eval.grading.grader; "
             "from train.__main__ import main; "
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import finality_gym
-from finality_gym import Episode, FaultProfile, timeline
+from finality_gym import Episode, FaultProfile, caseviews, timeline
 
 PUBLIC = finality_gym.load_corpus("public")
 ROUNDS = (["read_processor", "read_ledger", "read_erp", "read_bank", "wait"] * 7) + ["refund"]
 ALL_SIX = ("pub-000a-pending_settle", 0)  # under ROUNDS every family fires (checked below)
-FAULT_LABEL = re.compile(r"^(t=\d+ )?(%s)\b" % "|".join(timeline.FAULT_WORDS.values()))
+FAULT_LABEL = re.compile(r"^(t=\d+ )?(%s)\b" % "|".join(caseviews.FAULT_WORDS.values()))
 
 
 def _play(task_id, seed, tools, **kwargs):
@@ -46,20 +46,20 @@ def test_an_ended_case_marks_and_names_every_fault_its_record_counts():
     episode = _play(*ALL_SIX, ROUNDS)
     fired = episode.record().fault_firings
     assert episode.done and all(fired.values()), fired  # all six families fired
-    marks = timeline.fault_marks(episode)
+    marks = caseviews.fault_marks(episode)
     assert _counted(marks) == fired
     assert {mark.tool for mark in marks} == {"read_processor", "read_ledger", "read_erp",
                                              "read_bank"}
     said = _fault_texts(episode)
     for family in fired:  # each family is named on the picture, at least once
-        assert any(FAULT_LABEL.match(text)[2] == timeline.FAULT_WORDS[family] for text in said), \
+        assert any(FAULT_LABEL.match(text)[2] == caseviews.FAULT_WORDS[family] for text in said), \
             family
     delayed = next(mark for mark in marks if mark.family == "delay")
     assert delayed.moved_to > delayed.t and delayed.what  # where it should and did show, what
     assert f"t={delayed.t} delayed to t={delayed.moved_to}: {delayed.what}" in said
     # the same calls with no profile fault: no mark, and no fault named
     clean = _play(*ALL_SIX, ROUNDS, faults=FaultProfile.none())
-    assert timeline.fault_marks(clean) == () and _fault_texts(clean) == []
+    assert caseviews.fault_marks(clean) == () and _fault_texts(clean) == []
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -77,7 +77,7 @@ def test_the_marks_are_exactly_the_firings_on_varied_episodes(seed):
                     else {})
             episode.call(tool, **args)
         fired = {f: n for f, n in episode.record().fault_firings.items() if n}
-        assert _counted(timeline.fault_marks(episode)) == fired, task.task_id
+        assert _counted(caseviews.fault_marks(episode)) == fired, task.task_id
 
 
 def test_a_running_case_shows_no_fault_and_its_frame_hides_the_fault_draws():
@@ -96,7 +96,7 @@ def test_a_running_case_shows_no_fault_and_its_frame_hides_the_fault_draws():
             assert _fault_texts(episode) == []
             assert frame.tobytes() == timeline.draw(hidden).tobytes()
             with pytest.raises(ValueError, match="ground truth"):
-                timeline.fault_marks(episode)
+                caseviews.fault_marks(episode)
         env.step(action)
     assert episode.done and any(episode.record().fault_firings.values())
     assert _fault_texts(episode)

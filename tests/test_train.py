@@ -12,7 +12,8 @@ import finality_gym
 from agents import make_policy, run_episode
 from agents.learned import GymPolicy
 from train.__main__ import main as train_cli
-from train.ppo import PPOConfig, latest_checkpoint, train
+from train.config import TrainConfig
+from train.run import latest_checkpoint, train
 
 
 PUBLIC = finality_gym.load_corpus("public")
@@ -22,7 +23,7 @@ def _config(tmp_path, **changes):
     base = dict(timesteps=2048, n_envs=2, n_steps=256, batch_size=256, n_epochs=2,
                 eval_every=1024, validation_stride=32, checkpoint_every=1024, final_seeds=1,
                 out=str(tmp_path / "run"))
-    return PPOConfig(**{**base, **changes})
+    return TrainConfig(**{**base, **changes})
 
 
 def _scalars(run: Path) -> dict[str, list]:
@@ -83,8 +84,8 @@ def test_resume_continues_a_moved_run_in_place_and_regrades_its_new_best_model(
     when it trains further, the final grading is of the new best model, not the old rows."""
     import shutil
 
-    from eval.grader import RunConfig, grade
-    from eval.runfolder import read_rows
+    from eval.grading.grader import RunConfig, grade
+    from eval.grading.runfolder import read_rows
     config, _ = trained
     original = Path(config.out)
     run = tmp_path / "moved"
@@ -182,7 +183,7 @@ def test_resume_needs_a_run_folder(tmp_path, capsys):
     run.mkdir()
     assert train_cli(["ppo", "--resume", "--out", str(run)]) == 2
     assert f"{run} holds no config.json" in capsys.readouterr().err
-    (run / "config.json").write_text(PPOConfig(out="elsewhere").to_json())
+    (run / "config.json").write_text(TrainConfig(out="elsewhere").to_json())
     before = _snapshot(run)
     assert train_cli(["ppo", "--resume", "--out", str(run)]) == 2
     assert f"no checkpoint in {run / 'checkpoints'}" in capsys.readouterr().err
@@ -212,7 +213,7 @@ def test_bad_numbers_are_refused_before_training(args, message, tmp_path, capsys
     run = tmp_path / "run"
     if "--resume" in args:
         run.mkdir()
-        (run / "config.json").write_text(PPOConfig(out=str(run)).to_json())
+        (run / "config.json").write_text(TrainConfig(out=str(run)).to_json())
     assert cli.main(["ppo", "--out", str(run), *args]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"error: {message}") and len(error.splitlines()) == 1
@@ -226,9 +227,9 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
 
 def test_bad_configs_are_refused():
     with pytest.raises(ValueError, match="env: unknown id"):
-        PPOConfig(env="CartPole-v1")
+        TrainConfig(env="CartPole-v1")
     with pytest.raises(ValueError, match="n_envs must be >= 1"):
-        PPOConfig(n_envs=0)
+        TrainConfig(n_envs=0)
 
 
 def test_the_masked_variant_never_takes_a_masked_action(tmp_path):

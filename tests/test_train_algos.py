@@ -12,10 +12,10 @@ import torch
 
 import finality_gym
 from agents import make_policy, run_episode
-from eval.provenance import FIELDS, describe
+from eval.sweeps.provenance import FIELDS, describe
 from train.__main__ import main as train_cli
-from train.ppo import (ALGOS, HYPERPARAMETERS, TrainConfig, checkpoint_steps, latest_checkpoint,
-                       make_envs, new_model)
+from train.config import ALGOS, HYPERPARAMETERS, TrainConfig
+from train.run import checkpoint_steps, latest_checkpoint, make_envs, new_model
 from train.seed import train_seed
 from train.sweep import check, recipe
 
@@ -163,6 +163,28 @@ def test_options_an_algorithm_does_not_take_are_refused_before_anything_is_writt
     error = capsys.readouterr().err
     assert error.startswith(f"error: {message}") and len(error.splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["ppo", "sweep"])
+def test_every_option_of_the_recipe_is_on_the_command_line_with_its_help(command, capsys):
+    """The options are built from TrainConfig's fields: each field with help is an option whose
+    --help says it, with the default the configuration takes (an algorithm's own hyperparameter:
+    the algorithms that take it, with theirs)."""
+    with pytest.raises(SystemExit):
+        train_cli([command, "--help"])
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
+    options = [f for f in dataclasses.fields(TrainConfig) if "help" in f.metadata]
+    assert len(options) == 22
+    for field in options:
+        assert "--" + field.name.replace("_", "-") in text, field.name
+        if field.name != "timesteps":  # each command says its own
+            assert "".join(field.metadata["help"].split()) in text, field.name
+    for expected in ("--n-envsN_ENVStrainingenvssteppedtogether(default8)",
+                     "replaybuffer,intransitions(dqnonly,default100000)",
+                     "(default0.0003forppo,maskable_ppo,recurrent_ppo;0.0007fora2c;0.0001fordqn)",
+                     "--algo{ppo,maskable_ppo,recurrent_ppo,a2c,dqn}"):
+        assert expected in text
+    assert "--gamma" not in text and "--clip-range" not in text
 
 
 def test_the_masked_shorthand_is_maskable_ppo():

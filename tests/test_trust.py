@@ -16,7 +16,7 @@ import finality_gym
 from agents import brief_for, run_episode
 from agents.spec import split_specs
 from eval.__main__ import main
-from eval.runfolder import lock, read_rows
+from eval.grading.runfolder import lock, read_rows
 from finality_gym import load_corpus
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eval import seeds as aggregate
+import eval.sweeps.aggregate as aggregate
 from eval.__main__ import main as eval_cli
-from eval.grader import RunConfig, grade
-from eval.headline import HEADLINE
-from eval.versus import versus
+from eval.grading.grader import RunConfig, grade
+from agents.registry import HEADLINE
+from eval.sweeps.versus import versus
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL, NOPROBE = ROOT / "models" / "ppo_full.zip", ROOT / "models" / "ppo_noprobe.zip"

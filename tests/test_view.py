@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from eval import headline, model_arm, view
-from eval.runfolder import read_rows, seal
+import eval.experiments.headline as headline
+import eval.models.arm as model_arm
+import eval.site.view as view
+from eval.grading.runfolder import read_rows, seal
 from agents.model import ModelConfig
 from finality_gym import load_corpus
 

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from eval import headline, view
-from eval.runfolder import read_rows, seal
+import eval.experiments.headline as headline
+import eval.site.pages as pages
+import eval.site.view as view
+from eval.grading.runfolder import read_rows, seal
 from finality_gym import load_corpus
 
 from test_view import Recorder, dom, url  # skips this module too where chromium is missing
@@ -189,7 +191,7 @@ def test_a_failure_while_writing_leaves_out_as_it_was(runs, out, monkeypatch):
     def broken(jobs, workers):
         raise RuntimeError("the disk is full")
 
-    monkeypatch.setattr(view, "_draw_all", broken)
+    monkeypatch.setattr(pages, "draw_all", broken)
     with pytest.raises(RuntimeError, match="the disk is full"):
         view.build([runs["public"]], out, pictures="some", worst=1)
     assert_untouched(out, before)

@@ -1,1 +1,4 @@
-"""PPO baselines on `Finality-v0`, graded by the shared grader (`python -m train ...`)."""
+"""Learned baselines on `Finality-v0`: stable-baselines3 runs of any algorithm of `--algo`
+(`run.py`, their recipe in `config.py`), sweeps of one recipe across training seeds
+(`sweep.py`, `seed.py`, `ray_backend.py`) and the search that picks an algorithm (`search.py`),
+each graded by the shared grader (`python -m train ...`)."""

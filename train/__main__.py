@@ -10,60 +10,50 @@ import dataclasses
 import signal
 import sys
 import time
+import typing
 from pathlib import Path
 
-from .ppo import ALGOS, HYPERPARAMETERS, TUNED, TrainConfig, train
+from .config import HYPERPARAMETERS, OPTIONS, TUNED, TrainConfig
+from .run import train
 from .search import SHARED, TIMESTEPS, parse_algos, search
 from .sweep import BACKENDS, parse_seeds, sweep
 
-# The recipe's options, shared by `ppo` and `sweep`: TrainConfig's fields, with their type (or
-# choices) and what --help says of them (their defaults are TrainConfig's, or for an algorithm's
-# own hyperparameters its entry in HYPERPARAMETERS). Every option defaults to None, so that the
-# options given can be told apart from those left out (`--resume` takes none but --timesteps,
-# and an algorithm refuses the hyperparameters it does not take).
-RECIPE = {
-    "env": (str, "env id"),
-    "algo": (tuple(ALGOS), "the algorithm"),
-    "timesteps": (int, None),  # each command says its own
-    "n_envs": (int, "training envs stepped together"),
-    "masked": (bool, "MaskablePPO with the env's masks: --algo maskable_ppo for short"),
-    "learning_rate": (float, "the optimizer's step size"),
-    "n_steps": (int, "rollout steps per env"),
-    "batch_size": (int, "minibatch size"),
-    "n_epochs": (int, "passes over each rollout"),
-    "ent_coef": (float, "entropy bonus"),
-    "lstm_hidden_size": (int, "units of the LSTM"),
-    "buffer_size": (int, "replay buffer, in transitions"),
-    "learning_starts": (int, "transitions collected before the first update"),
-    "train_freq": (int, "steps of the envs from one update to the next"),
-    "target_update_interval": (int, "transitions from one target network sync to the next"),
-    "exploration_fraction": (float, "share of the training steps over which epsilon decays"),
-    "exploration_final_eps": (float, "epsilon once decayed"),
-    "eval_every": (int, "validate every N training steps"),
-    "validation_stride": (int, "validate on every N-th independent unit of public"),
-    "checkpoint_every": (int, "checkpoint every N training steps"),
-    "final_seeds": (int, "grading seeds of the final headline grading"),
-    "torch_threads": (int, "torch threads per training process; 1 reproduces a run bit for "
-                           "bit, and is as fast here"),
-}
+# The recipe's options, shared by `ppo` and `sweep` (`search` takes those of SHARED): the fields
+# of TrainConfig with help (`train/config.py`), each with its type, help and default from its
+# field. Every option defaults to None, so that the options given can be told apart from those
+# left out (`--resume` takes none but --timesteps, and an algorithm refuses the hyperparameters
+# it does not take); --help says the default the configuration takes.
+RECIPE = tuple(field.name for field in OPTIONS)
+TYPES = typing.get_type_hints(TrainConfig)
 
 
 def option(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def recipe_options(parser: argparse.ArgumentParser, timesteps: str) -> None:
-    """The recipe's options; `timesteps` is what --help says of --timesteps."""
-    for field, (kind, text) in RECIPE.items():
+def recipe_options(parser: argparse.ArgumentParser, timesteps: str,
+                   fields: tuple[str, ...] = RECIPE) -> None:
+    """The recipe's options (`fields` of them); `timesteps` is what --help says of --timesteps.
+    A flag's help and a choice's say their default; the others' get it added."""
+    for field in OPTIONS:
+        if field.name not in fields:
+            continue
+        text, kind = field.metadata["help"], _type(field.name)
         if kind is bool:
-            parser.add_argument(option(field), action="store_true", default=None, help=text)
-        elif isinstance(kind, tuple):
-            parser.add_argument(option(field), choices=kind, default=None,
-                                help=f"{text} (default ppo; maskable_ppo with --masked)")
+            parser.add_argument(option(field.name), action="store_true", default=None, help=text)
+        elif "choices" in field.metadata:
+            parser.add_argument(option(field.name), choices=field.metadata["choices"],
+                                default=None, help=text)
         else:
-            parser.add_argument(option(field), type=kind, default=None,
-                                help=timesteps if field == "timesteps" else
-                                f"{text} ({defaults(field)})")
+            parser.add_argument(option(field.name), type=kind, default=None,
+                                help=timesteps if field.name == "timesteps" else
+                                f"{text} ({defaults(field.name)})")
+
+
+def _type(field: str) -> type:
+    """A field's type, without the None of an algorithm's hyperparameter (`float | None`)."""
+    kinds = [k for k in typing.get_args(TYPES[field]) if k is not type(None)] or [TYPES[field]]
+    return kinds[0]
 
 
 def defaults(field: str) -> str:
@@ -147,11 +137,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--env", default=TrainConfig.env, help=f"env id (default {TrainConfig.env})")
     q.add_argument("--algos", default="ppo,maskable_ppo,recurrent_ppo",
                    help="the algorithms compared (default ppo,maskable_ppo,recurrent_ppo)")
-    for field in SHARED:
-        kind, text = RECIPE[field]
-        q.add_argument(option(field), type=kind, default=None,
-                       help=f"training steps of each run (default {TIMESTEPS})"
-                       if field == "timesteps" else f"{text} ({defaults(field)})")
+    recipe_options(q, f"training steps of each run (default {TIMESTEPS})", SHARED)
     q.add_argument("--seeds", default="0", help="training seeds of each algorithm (default 0)")
     q.add_argument("--workers", type=int, default=None,
                    help="runs trained at once (default: one per core, at most the runs)")

@@ -41,9 +41,10 @@ from pathlib import Path
 import ray
 from ray import tune
 
-from eval.distributed import connect
+from eval.grading.distributed import connect
 
-from .ppo import TrainConfig, progress_line
+from .config import TrainConfig
+from .run import progress_line
 from .seed import done_line
 
 RAY_LOG = "ray.log"

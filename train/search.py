@@ -24,11 +24,11 @@ import json
 import os
 from pathlib import Path
 
-from eval.provenance import describe
-from eval.report import pyplot
-from eval.runfolder import lock, prepare, write_atomic
+from eval.sweeps.provenance import describe
+from eval.reports.figures import pyplot, save_figure
+from eval.grading.runfolder import lock, prepare, write_atomic
 
-from .ppo import ALGOS, TrainConfig
+from .config import ALGOS, TrainConfig
 from .sweep import run_local
 
 # The recipe's settings a search shares between its algorithms; an algorithm's own
@@ -182,6 +182,4 @@ def figure(summary: dict, out: Path) -> None:
     ax.set_ylabel("validation mean gap ($)")
     ax.set_title(f"algorithm search on {summary['env']} (chosen: {summary['chosen']})")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "search.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "search.png")

@@ -7,9 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
-from eval.runfolder import lock, prepare
+from eval.grading.runfolder import lock, prepare
 
-from .ppo import TrainConfig, latest_checkpoint, train
+from .config import TrainConfig
+from .run import latest_checkpoint, train
 
 
 def train_seed(config: TrainConfig, report=None, grade: bool = True, name: str = "") -> dict:

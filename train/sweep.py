@@ -3,7 +3,7 @@
 A sweep folder holds `sweep.json` (the recipe and the seeds), one full `train ppo` run per
 seed in `seed_<k>/` (config, validation, best model, checkpoints, TensorBoard, the headline
 grading of its best model on public and regenerated), and the across-seed aggregate:
-`summary.json`, `report.md`, `seeds.png` (see `eval/seeds.py`). The Ray backend adds `tune/`,
+`summary.json`, `report.md`, `seeds.png` (see `eval/sweeps/aggregate.py`). The Ray backend adds `tune/`,
 Tune's own record of the experiment, and `ray.log`, Ray's output.
 
 Backends: `local` (the default) trains the seeds in parallel processes, `--workers` at a time;
@@ -38,11 +38,11 @@ import threading
 import time
 from pathlib import Path
 
-from eval import seeds as aggregate
-from eval.distributed import require_ray
-from eval.runfolder import lock, prepare, write_atomic
+import eval.sweeps.aggregate as aggregate
+from eval.grading.distributed import require_ray
+from eval.grading.runfolder import lock, prepare, write_atomic
 
-from .ppo import ALGOS, TrainConfig
+from .config import ALGOS, TrainConfig
 from .seed import done_line, train_seed
 
 BACKENDS = ("local", "ray")

@@ -1,0 +1,129 @@
+"""What the host checks of a case from /proc before it hands the case its brief: that the process
+that connected (`peer`) is pid 1 of its own pid namespace, with exactly the sandbox's mounts, its
+writable places on filesystems of its own, no capability, the limits, one thread, only its own
+descriptors and no shared writable mapping (`case_problems`); and that no process but the host,
+the fork server and the case runs in the sandbox (`others`). This is kernel state, read by the
+host, which never imports the policy: what the fork server and the case did to confine
+themselves (`agents/isolation.py`) runs in memory the policy's code shares, so it is checked
+here, not believed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import struct
+from pathlib import Path
+
+from .bwrap import SCRATCH
+from .limits import limits
+
+_SHARED_WRITABLE = re.compile(rb"^\S+ .w.s ", re.M)  # a line of /proc/PID/maps: rw-s, -w-s
+
+
+def peer(channel: socket.socket) -> int:
+    """The process id, as this process sees it, of what connected on `channel`."""
+    return struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+
+
+def _status(pid: int) -> dict[str, str]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def others(known: set[int]) -> dict[int, str]:
+    """The processes of the sandbox but pid 1 (bwrap's init) and `known`: their command lines."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != 1 and int(entry) not in known:
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:  # it ended while we looked
+                continue
+            found[int(entry)] = argv.decode(errors="replace").strip()[:80] or "?"
+    return found
+
+
+def _mounts(pid: int | str) -> list[tuple[str, str]]:
+    """A process's mounts, bottom to top: (mount point, the filesystem's device)."""
+    lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    return [(line.split()[4], line.split()[2]) for line in lines]
+
+
+def expected_mounts() -> list[str]:
+    """The mount points a case must have, as the host sees its own: the sandbox's, then the
+    fork server's private tmpfs (scratch, /dev/shm) and hidden /proc, then the case's own
+    fresh tmpfs (scratch, /dev/shm)."""
+    return sorted([point for point, _ in _mounts("self")]
+                  + [SCRATCH, "/dev/shm", "/proc", SCRATCH, "/dev/shm"])
+
+
+def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[str]:
+    """What is wrong with the process `pid` that connected as a case, checked by the host from
+    /proc (kernel state, which no code of the policy's can forge) before the case is handed its
+    brief: it must be pid 1 of its own pid namespace, in a mount namespace other than the fork
+    server's (`server`), with exactly the `mounts` expected and its writable places on
+    filesystems the fork server holds neither mounted nor open, under a seccomp filter with
+    no_new_privs, no capability and the limits, one thread, only its own descriptors (0:
+    /dev/null; 1, 2: the stderr relay `relay`; 3: its socket) and no shared writable mapping.
+    The fork server runs the policy's code (hooks its import left), so whatever it and the
+    case's own start did is checked here, not believed."""
+    problems = []
+    try:
+        status = _status(pid)
+        if status.get("NSpid", "").split()[-1:] != ["1"] or len(status["NSpid"].split()) < 2:
+            problems.append("it is not pid 1 of a pid namespace of its own")
+        if status.get("Seccomp") != "2" or status.get("NoNewPrivs") != "1":
+            problems.append("it is not under the case's seccomp filter")
+        if int(status.get("CapEff", "1"), 16) or int(status.get("CapPrm", "1"), 16):
+            problems.append("it holds capabilities")
+        if status.get("Threads") != "1":
+            problems.append(f"it runs {status.get('Threads')} threads before its first step")
+        if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink(f"/proc/{server}/ns/mnt"):
+            problems.append("it shares the fork server's mount namespace")
+        own = _mounts(pid)
+        if sorted(point for point, _ in own) != mounts:
+            problems.append("its mounts are not the sandbox's")
+        top = {point: device for point, device in own}  # the last mount of a point is on top
+        held = {device for _, device in _mounts(server)} | {
+            "%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))
+            for st in _stats(f"/proc/{server}/fd")}
+        if {top.get(SCRATCH), top.get("/dev/shm")} & held:
+            problems.append("its scratch folder or /dev/shm is not a fresh filesystem of its own")
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        given = _limit_lines()
+        for label, value in given.items():
+            if not re.search(rf"^{label}\s+{value}\s+{value}\s", limits, re.M):
+                problems.append(f"its limit {label.lower()!r} is not {value}")
+        fds = {int(f): os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")}
+        expected = {0: "/dev/null", 1: relay, 2: relay}
+        if set(fds) != {0, 1, 2, 3} or any(fds[f] != v for f, v in expected.items()) \
+                or not fds[3].startswith("socket:"):
+            problems.append(f"it holds other descriptors ({', '.join(sorted(map(str, fds)))}: "
+                            f"{', '.join(fds.values())})")
+        shared = _SHARED_WRITABLE.findall(Path(f"/proc/{pid}/maps").read_bytes())
+        if shared:
+            problems.append(f"it holds {len(shared)} shared writable mapping(s)")
+    except (OSError, KeyError, ValueError) as exc:
+        problems.append(f"it could not be checked ({exc})")
+    return problems
+
+
+def _stats(folder: str) -> list[os.stat_result]:
+    """What each descriptor in a /proc/PID/fd folder is open on."""
+    found = []
+    for fd in os.listdir(folder):
+        try:
+            found.append(os.stat(f"{folder}/{fd}"))
+        except OSError:  # closed as we looked
+            pass
+    return found
+
+
+def _limit_lines() -> dict[str, int]:
+    """The case's limits as /proc/PID/limits labels them (label: bytes, seconds or count)."""
+    given = limits()
+    return {"Max address space": given["memory_mb"] << 20,
+            "Max file size": given["file_mb"] << 20, "Max cpu time": given["cpu_s"],
+            "Max open files": given["open_files"]}

@@ -1,0 +1,256 @@
+"""A saved stable-baselines3 model archive, read as data, never as code.
+
+A model runs in the grader's own process: SB3's `load` unpickles fields of the zip's `data` (a
+pickle there runs whatever it names, with the grader's rights), while acting needs only the
+policy's weights and its shape. So the algorithm, the policy class (one of the algorithm's own,
+by name), the spaces (Finality's, once the plain fields SB3 writes beside its pickles match
+them) and the policy's arguments are read from that JSON, never from a pickle; the weights come
+from `policy.pth` through `torch.load(weights_only=True)`, which refuses anything but tensors;
+the optimizer's state and the training-time fields are never read. An argument SB3 kept only as
+a pickle (a custom features extractor, an activation outside a short list of torch's) is refused
+by name. The policy so built predicts exactly as the model SB3 loads: a model's `predict` is its
+policy's. `unpickled_model` loads through SB3's own `load` instead, running the archive's
+pickles: only for files one trusts (`allow_pickle`, `agents/learned.py`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import re
+import zipfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from gymnasium.spaces import Discrete
+
+from finality_gym.encoder import DEFAULT_WAITS
+from finality_gym.env import FinalityEnv
+
+from .algorithms import ALGORITHMS, PPO_ALGORITHMS, Algorithm
+
+
+def read_data(path: Path, kind: str) -> tuple[dict, Algorithm]:
+    """The zip's `data` JSON and the algorithm that saved it, once checked to be a model of
+    Finality's observation and action spaces trained by an algorithm the spec `kind` grades
+    (`ppo`: PPO or MaskablePPO; `sb3`: any of `ALGORITHMS`): the adapter feeds it Finality's
+    observations and reads its actions through Finality's action table, so a model of another
+    env or `wait_ticks` would be graded as a policy it is not (or fail deep in a worker). The
+    algorithm is the one the archive names, never guessed from the file's name. Nothing but
+    `data` is read."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no model file at {path}")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a stable-baselines3 model (not a zip archive)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data"))
+        algorithm = _algorithm(data)
+        saved = {"observation": _saved_space(data["observation_space"]),
+                 "action": _saved_space(data["action_space"])}
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a stable-baselines3 model ({exc!r})") from None
+    if kind == "ppo" and algorithm not in PPO_ALGORITHMS:
+        hint = f": grade it with sb3:{path}" if algorithm in ALGORITHMS else ""
+        raise ValueError(f"{path} was trained by {algorithm}, not PPO or MaskablePPO{hint}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"{path} was trained by {algorithm}, not one sb3: grades "
+                         f"({', '.join(ALGORITHMS)})")
+    expected = finality_spaces()
+    for space, why in (("observation", ""), ("action", f" (wait_ticks {DEFAULT_WAITS})")):
+        if saved[space] != _space_summary(expected[space]):
+            raise ValueError(f"{path} was trained with {space} space {saved[space]}; Finality's "
+                             f"is {_space_summary(expected[space])}{why}")
+    if not _same_bounds(data["observation_space"], expected["observation"]):
+        raise _other_bounds(path, "observation", expected)
+    return data, ALGORITHMS[algorithm]
+
+
+def unpickled_model(path: Path, cls):
+    """The model as SB3's own `load` makes it, running the archive's pickles; the spaces it
+    unpickles are compared in full."""
+    expected = finality_spaces()
+    try:  # trusted by the operator: only with allow_pickle (--trust-pickles, never private)
+        model = cls.load(path, device="cpu")
+    except Exception as exc:  # a damaged archive fails in many ways deep inside SB3
+        raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc!r}") from None
+    for space, actual in (("observation", model.observation_space),
+                          ("action", model.action_space)):
+        if actual != expected[space]:
+            raise _other_bounds(path, space, expected)
+    return model
+
+
+def _other_bounds(path: Path, space: str, expected: dict) -> ValueError:
+    return ValueError(f"{path} was trained with {space} space bounds other than Finality's "
+                      f"{_space_summary(expected[space])}")
+
+
+def built_policy(path: Path, data: dict, cls):
+    """The archive's policy, built by the project: the algorithm's own policy class, on
+    Finality's spaces, with the arguments `data` holds as JSON, and the weights of `policy.pth`
+    loaded strictly (every tensor the policy has, no other), in evaluation mode. This is what
+    SB3's `load` builds for acting: it constructs the policy from the same class, spaces and
+    arguments (the spaces checked equal, the optimizer's arguments aside) and loads the same
+    state dict into it."""
+    import torch
+    expected = finality_spaces()
+    policy_class = _policy_class(path, data["policy_class"], cls)
+    arguments = _policy_arguments(path, data.get("policy_kwargs") or {})
+    schedule = (_no_learning,) if ALGORITHMS[cls.__name__].scheduled else ()
+    try:
+        with zipfile.ZipFile(path) as archive:
+            weights = archive.read("policy.pth")
+        state = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = re.search(r"WeightsUnpickler error:\s*([^\n]*)", str(exc))
+        raise ValueError(f"{path} could not be loaded as {cls.__name__}: its policy.pth is not "
+                         f"plain tensors ({reason.group(1) if reason else exc})") from None
+    except Exception as exc:
+        raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc!r}") from None
+    try:
+        policy = policy_class(expected["observation"], expected["action"], *schedule, **arguments)
+        policy.load_state_dict(state, strict=True)
+    except Exception as exc:  # arguments the class does not take, weights of another shape
+        reason = " ".join(str(exc).split())
+        raise ValueError(f"{path} could not be loaded as {cls.__name__}: {reason}") from None
+    policy.set_training_mode(False)
+    return policy
+
+
+def _no_learning(_progress: float) -> float:
+    """The learning rate of a policy built to act: its optimizer is never stepped."""
+    return 0.0
+
+
+def _policy_class(path: Path, entry: dict, cls) -> type:
+    """The policy class an archive names, found among the algorithm's own (`cls.policy_aliases`:
+    `MlpPolicy`, `LinearPolicy`, ...) by the module and class name SB3 writes beside its pickle:
+    the module in `__module__`, the class in the text of each method it defines
+    (`"__init__": "<function ActorCriticPolicy.__init__ at 0x...>"`)."""
+    module = entry.get("__module__")
+    owners = {found.group(1) for key, text in entry.items() if isinstance(text, str)
+              for found in [re.search(rf"<function ([\w.]+)\.{re.escape(key)} at 0x", text)]
+              if found}
+    for policy in cls.policy_aliases.values():
+        if owners == {policy.__qualname__} and policy.__module__ == module:
+            return policy
+    named = f"{module}.{'/'.join(sorted(owners)) or '?'}"
+    raise ValueError(f"{path} has the policy class {named}, none of {cls.__name__}'s "
+                     f"({', '.join(cls.policy_aliases)})")
+
+
+# Policy arguments acting does not use: the optimizer's (its state is never loaded, it is never
+# stepped; the policy builds its default one) and the device (SB3's `load` drops it too).
+_UNUSED_ARGUMENTS = ("optimizer_class", "optimizer_kwargs", "device")
+# Activations a policy may be built with (SB3 keeps `activation_fn` only as a pickle, with the
+# class's text beside it): torch's own, without parameters or arguments.
+_ACTIVATIONS = ("ReLU", "Tanh", "ELU", "LeakyReLU", "SELU", "CELU", "GELU", "SiLU", "Mish",
+                "Sigmoid", "Softplus", "Softsign", "Hardtanh", "Hardswish", "Tanhshrink")
+
+
+def _policy_arguments(path: Path, entry: dict) -> dict:
+    """The policy's arguments (`policy_kwargs`) from what SB3 writes as JSON: the dict itself
+    when it is JSON, else, beside its pickle, each item that is JSON and the text of each that
+    is not. A class is rebuilt from its text when it is one of torch's activations or SB3's
+    `FlattenExtractor` (the default of every policy `sb3:` grades); any other item kept only as
+    a pickle is refused by name. Like SB3's `load`, it reads the `net_arch` of SB3 < 1.8 (a
+    list holding one dict) as that dict."""
+    import torch
+    from stable_baselines3.common.torch_layers import FlattenExtractor
+    classes = {"activation_fn": [getattr(torch.nn, name) for name in _ACTIVATIONS],
+               "features_extractor_class": [FlattenExtractor]}
+    if not isinstance(entry, dict):
+        raise ValueError(f"{path}'s policy_kwargs is not a JSON object")
+    if ":serialized:" in entry and entry.get(":type:") != str(dict):
+        raise ValueError(f"{path}'s policy_kwargs is a {entry.get(':type:')}, saved only as a "
+                         "pickle, which the grader does not load")
+    arguments = {}
+    for key, value in entry.items():
+        if key in (":type:", ":serialized:") or key in _UNUSED_ARGUMENTS:
+            continue
+        if key in classes:
+            known = {str(c): c for c in classes[key]}
+            if value not in known:
+                raise ValueError(f"{path}'s policy_kwargs {key!r} is {value}, saved only as a "
+                                 "pickle, which the grader does not load; it rebuilds "
+                                 f"{', '.join(c.__name__ for c in classes[key])}")
+            arguments[key] = known[value]
+        elif isinstance(value, str):  # no policy argument is a string: this is a pickle's text
+            raise ValueError(f"{path}'s policy_kwargs {key!r} ({value}) is saved only as a "
+                             "pickle, which the grader does not load")
+        else:
+            arguments[key] = value
+    net_arch = arguments.get("net_arch")
+    if isinstance(net_arch, list) and net_arch and isinstance(net_arch[0], dict):
+        arguments["net_arch"] = net_arch[0]
+    return arguments
+
+
+
+
+# The algorithm behind each policy module that only one algorithm saves.
+_POLICY_MODULES = {
+    "sb3_contrib.common.maskable.policies": "MaskablePPO",
+    "sb3_contrib.common.recurrent.policies": "RecurrentPPO",
+    "stable_baselines3.dqn.policies": "DQN",
+    "sb3_contrib.qrdqn.policies": "QRDQN",
+    "sb3_contrib.ars.policies": "ARS",
+}
+
+
+def _algorithm(data: dict) -> str:
+    """The algorithm that saved a model, from its `data` JSON. SB3 saves the policy class, not the
+    algorithm; most algorithms have a policy module of their own, but PPO, A2C and sb3-contrib's
+    TRPO share `ActorCriticPolicy`: of the three only PPO saves a `clip_range`, only TRPO a
+    `cg_max_steps`."""
+    module = data["policy_class"]["__module__"]
+    if module == "stable_baselines3.common.policies":
+        return "PPO" if "clip_range" in data else "TRPO" if "cg_max_steps" in data else "A2C"
+    return _POLICY_MODULES.get(module, f"an algorithm with a {module} policy")
+
+
+def _saved_space(entry: dict) -> str:
+    """A space as `_space_summary` puts it, from the plain fields SB3 writes next to its pickle."""
+    kind = entry[":type:"].rsplit(".", 1)[-1].rstrip("'>")
+    if kind == "Discrete":
+        start = int(entry.get("start") or 0)
+        return f"Discrete({int(entry['n'])}{f', start {start}' if start else ''})"
+    return f"{kind}(shape {tuple(entry.get('_shape') or ())}, {entry.get('dtype')})"
+
+
+def _space_summary(space) -> str:
+    """A space's type and size, short enough for a one-line error (a Box's repr prints its
+    bounds, 58 of each for Finality's)."""
+    if isinstance(space, Discrete):
+        start = int(space.start)
+        return f"Discrete({int(space.n)}{f', start {start}' if start else ''})"
+    return f"{type(space).__name__}(shape {space.shape}, {space.dtype})"
+
+
+def _same_bounds(entry: dict, space) -> bool:
+    """Whether a Box's bounds, as SB3 writes them beside its pickle (numpy's text of each array,
+    every number printed so that it reads back exactly), are the space's."""
+    for name in ("low", "high"):
+        text = entry.get(name)
+        if not isinstance(text, str) or "..." in text:  # absent, or numpy left numbers out
+            return False
+        try:
+            saved = np.array(text.replace("[", " ").replace("]", " ").split(), dtype=np.float64)
+        except ValueError:
+            return False
+        bound = getattr(space, name)
+        if saved.shape != (bound.size,) or not np.array_equal(
+                saved.astype(bound.dtype), bound.ravel()):
+            return False
+    return True
+
+
+@lru_cache(maxsize=1)
+def finality_spaces() -> dict:
+    """The observation and action spaces of `Finality-v0` with the default waits, the ones this
+    adapter encodes (every probe arm shares them)."""
+    env = FinalityEnv(wait_ticks=DEFAULT_WAITS)
+    return {"observation": env.observation_space, "action": env.action_space}

@@ -1,0 +1,417 @@
+"""The shared grader: every policy, scripted or learned, through one runner, into one JSONL.
+
+A run is a `RunConfig` and a folder (`eval/grading/runfolder.py` owns the folder: its lock, its
+manifest, its sealed rows). `DIR/run.json` pins the configuration; `DIR/episodes.jsonl` gets one
+line per graded episode, appended and flushed as episodes complete, so a killed run loses at
+most the work in flight. Re-running into the same folder skips every (policy, task, seed)
+already there (a torn last line is cut off first), so nothing is lost or duplicated. Lines are
+written in job order whatever the number of workers, threads or Ray tasks, so a parallel run
+writes the same file as a serial one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import random
+import sys
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from agents import Policy, PolicyError, PolicySpec, make_policy, play, sandbox
+from agents.external import ExternalPolicy, PolicyLoadError
+from agents.vecnormalize import normalization_file
+from finality_gym import FaultProfile, Task, load_corpus
+from finality_gym.corpus import PRIVATE, Corpus, private_corpus
+from finality_gym.economics import DEFAULT_COSTS, Costs
+from finality_gym.episode import PROBE_ARMS, compact_calls
+
+import eval.grading.runfolder as runfolder
+from eval.grading.labels import failure_label
+from eval.grading.runfolder import OrderedAppender, key, read_rows, seal, unseal
+
+CHUNK = 128  # episodes per unit of parallel work
+MAX_SEEDS = 100  # pass^k is reported for every k up to the seeds: beyond 100 it says nothing new
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a set of graded episodes was run under; the policies may grow across resumes."""
+
+    policies: tuple[str, ...]
+    split: str = "public"
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    probe: str = "full"
+    faults: FaultProfile = field(default_factory=FaultProfile)
+    costs: Costs = DEFAULT_COSTS
+    tasks: tuple[str, ...] | None = None  # a subset of task ids; None: the whole split
+    # The private split's master seed: held in memory, never written (the manifest pins the
+    # corpus by its fingerprint).
+    master_seed: int | None = field(default=None, repr=False, compare=False)
+    # Outside policies run in the operating-system sandbox (agents/sandbox.py) unless False.
+    sandbox: bool = True
+    # Saved models loaded by unpickling, as stable-baselines3 does (code in the file runs in the
+    # grader): only with --trust-pickles, never on the private split. By default they load as
+    # data (agents/sb3_archive.py).
+    trust_pickles: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.split == PRIVATE) != (self.master_seed is not None):
+            raise ValueError("the private split and a master seed go together: give both "
+                             "--split private and --master-seed-file (or FINALITY_MASTER_SEED, "
+                             "or --master-seed), or neither")
+        if self.split == PRIVATE and not self.sandbox:
+            raise ValueError("--sandbox off is refused for --split private: a policy outside "
+                             "the sandbox can read the grader's memory, and with it the split")
+        if self.split == PRIVATE and self.trust_pickles:
+            raise ValueError("--trust-pickles is refused for --split private: a model's pickles "
+                             "would run in the grader's process, which holds the master seed")
+        if not self.policies:
+            raise ValueError("policies: name at least one policy")
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError(f"policies: duplicates in {self.policies}")
+        if not self.seeds or any(type(s) is not int or s < 0 for s in self.seeds):
+            raise ValueError(f"seeds: must be non-negative ints, got {self.seeds}")
+        if len(self.seeds) > MAX_SEEDS:
+            raise ValueError(f"seeds: at most {MAX_SEEDS} (a run holds policies x tasks x seeds "
+                             f"episodes, and pass^k needs no more), got {len(self.seeds)}")
+        if self.probe not in PROBE_ARMS:
+            raise ValueError(f"probe: unknown arm {self.probe!r}; valid: {', '.join(PROBE_ARMS)}")
+        corpus = self.corpus  # raises on an unknown split
+        for task_id in self.tasks or ():
+            corpus.task(task_id)
+
+    @property
+    def corpus(self) -> Corpus:
+        """The split's tasks: published, or made from the master seed this config holds."""
+        if self.split == PRIVATE:
+            return private_corpus(self.master_seed)
+        return load_corpus(self.split)
+
+    def manifest(self) -> dict:
+        """The part a resumed run must share with the original (the policies may differ); the
+        unpickling loader is recorded only where it was used (older folders resume as they
+        were)."""
+        return {"split": self.split, "fingerprint": self.corpus.fingerprint,
+                "seeds": list(self.seeds), "probe": self.probe, "faults": self.faults.to_dict(),
+                "costs": self.costs.to_dict(), "tasks": None if self.tasks is None else list(self.tasks),
+                **({"trust_pickles": True} if self.trust_pickles else {})}
+
+    def cases(self) -> list[tuple[str, int]]:
+        """Every (task id, seed) each policy of the run is graded on."""
+        task_ids = self.tasks if self.tasks is not None else [
+            t.task_id for t in self.corpus.tasks]
+        return [(t, s) for t in task_ids for s in self.seeds]
+
+    def jobs(self) -> list[tuple[str, str, int]]:
+        cases = self.cases()
+        return [(p, t, s) for p in self.policies for t, s in cases]
+
+
+def input_identity(spec: str) -> str | None:
+    """The content hash of what a spec loads from disk (a model file, an outside policy's
+    code; a model's observation normalization beside it too), or None for the project's own
+    policies."""
+    parsed = PolicySpec.parse(spec)
+    source = parsed.source()
+    if source is None:
+        return None
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    normalization = normalization_file(source) if parsed.learned else None
+    if normalization is None:
+        return digest
+    both = source.read_bytes() + b"\0" + normalization.read_bytes()
+    return hashlib.sha256(both).hexdigest()
+
+
+def grade_row(policy: Policy, name: str, task: Task, seed: int, config: RunConfig) -> dict:
+    """One graded episode as a JSONL row: the record, the policy's name, the failure label, the
+    policy's own per-episode fields (a model's requests and tokens) and `calls`, the calls it
+    made (`finality_gym.episode.compact_calls`), from which the engine rebuilds the episode that
+    was graded (`replay`) to show it."""
+    episode = play(policy, task, seed, faults=config.faults, probe=config.probe,
+                   costs=config.costs)
+    if isinstance(policy, ExternalPolicy):
+        policy.finish()  # the host ends the case; one that sent past its end fails here
+    record = episode.record()
+    return {"policy": name, **record.to_dict(), "label": failure_label(record), **policy.stats(),
+            "calls": compact_calls(episode.history)}
+
+
+def grade_in_process(policy: Policy, name: str, config: RunConfig) -> list[dict]:
+    """Grade a policy object (for example a model being trained) on every task and seed of
+    `config`, in this process and without files; the rows are those `grade` would write."""
+    corpus = config.corpus
+    return [grade_row(policy, name, corpus.task(task_id), seed, config)
+            for task_id, seed in config.cases()]
+
+
+# ------------------------------------------------------------------ where the episodes run
+BACKENDS = ("local", "ray")
+MAX_WORKERS = 4 * (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Threads:
+    """Episodes played in threads of this process, `concurrency` at a time, each by a policy
+    made for it (`policy(spec, task_id, seed)`): a language model, whose work is waiting on an
+    endpoint. An episode that raises `infrastructure` (the endpoint failed past its retries) is
+    not the agent's failure: it gets no row, it is listed in `DIR/incomplete.json`, no new
+    episode starts, `grade` raises `Incomplete`, and re-running the same command completes it."""
+
+    policy: Callable[[str, str, int], Policy]
+    concurrency: int
+    infrastructure: type[BaseException]
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= 64:
+            raise ValueError(f"concurrency must lie in 1..64, got {self.concurrency}")
+
+
+class Incomplete(RuntimeError):
+    """Some episodes could not be graded for a reason outside the agent (see `Threads`)."""
+
+    def __init__(self, failed: list[dict], path: Path):
+        super().__init__(f"{len(failed)} episode(s) not graded ({failed[0]['error']}): listed "
+                         f"in {path}; re-run the same command to complete them")
+        self.failed = failed
+
+
+# The policies a worker process has made, by spec and the hash of what the spec loads: a model
+# file replaced between two runs of one process is loaded afresh, never taken from here.
+_POLICIES: dict = {}
+
+
+def _run_chunk(args: tuple) -> tuple[list[str], str | None]:
+    """One chunk of jobs, run in a worker: the sealed lines in job order, and the error that
+    stopped the chunk, if any (the lines of the jobs done before it stay good).
+
+    A chunk holding an outside policy's jobs runs them in an order drawn from the operating
+    system's entropy, never recorded, by a fresh import of its code (a new fork server): the
+    job order is public (policy, task, seed in corpus order), so a policy that counted its cases
+    could otherwise tell which task, and which half of a twin pair, it holds, or which chunk.
+    Every episode depends only on its (task, seed), and the lines still come out in job order,
+    so the file is the same."""
+    config, jobs, inputs = args
+    corpus = config.corpus
+    order = list(range(len(jobs)))
+    if any(PolicySpec.parse(spec).kind == "outside" for spec, _, _ in jobs):
+        random.SystemRandom().shuffle(order)
+    done: dict[int, str] = {}
+    error = None
+    for i in order:
+        spec, task_id, seed = jobs[i]
+        try:
+            cached = (spec, inputs.get(spec), config.sandbox, config.trust_pickles)
+            policy = _POLICIES.get(cached)
+            if policy is None:
+                policy = make_policy(spec, sandbox=config.sandbox,
+                                     allow_pickle=config.trust_pickles)
+                if isinstance(policy, ExternalPolicy) and policy.digest != inputs[spec]:
+                    raise PolicyLoadError(f"{spec} could not be loaded: its file changed after "
+                                          "the run pinned its hash")
+                _POLICIES[cached] = policy
+            row = grade_row(policy, spec, corpus.task(task_id), seed, config)
+        except PolicyLoadError as exc:  # the code, not a case: no task to name
+            error = str(exc)
+            break
+        except Exception as exc:  # any failure of a policy, in its own words, located
+            what = str(exc) if isinstance(exc, PolicyError) else f"{type(exc).__name__}: {exc}"
+            error = f"policy {spec!r} failed on task {task_id} seed {seed}: {what}"
+            break
+        done[i] = seal(row)
+    for policy in _POLICIES.values():
+        if isinstance(policy, ExternalPolicy):
+            policy.new_chunk()
+    return [done[i] for i in sorted(done)], error
+
+
+def _close_external() -> None:
+    """Outside policies get a fresh process for every run."""
+    for k in [k for k, p in _POLICIES.items() if isinstance(p, ExternalPolicy)]:
+        _POLICIES.pop(k).close()
+
+
+def _run_chunk_alone(args: tuple) -> tuple[list[str], str | None]:
+    """A chunk in a long-lived Ray worker: outside policies' processes do not outlive it."""
+    try:
+        return _run_chunk(args)
+    finally:
+        _close_external()
+
+
+def _in_processes(config: RunConfig, todo: list, inputs: dict, workers: int,
+                  backend: str) -> Iterator[tuple[int, list, str | None, list]]:
+    """Chunks of `CHUNK` jobs in worker processes (`local`) or Ray tasks (`ray`), taken back in
+    job order: (index of the chunk's first job, its lines, the error that stopped it, [])."""
+    chunks = ((config, todo[i:i + CHUNK], inputs) for i in range(0, len(todo), CHUNK))
+    if backend == "ray":
+        from eval.grading.distributed import ordered_map
+        results = ordered_map(_run_chunk_alone, chunks, workers)
+    elif workers == 1:
+        results = map(_run_chunk, chunks)
+    else:
+        # A learned policy's torch may hold threads that a forked child would inherit locked:
+        # such runs start their workers fresh.
+        fresh = any(PolicySpec.parse(spec).learned for spec in config.policies)
+        method = "fork" if sys.platform.startswith("linux") and not fresh else "spawn"
+        pool = multiprocessing.get_context(method).Pool(workers)
+        results = pool.imap(_run_chunk, chunks)
+    try:
+        for n, (lines, error) in enumerate(results):
+            yield n * CHUNK, lines, error, []
+    finally:
+        if backend == "local" and workers > 1:
+            pool.terminate()
+            pool.join()
+
+
+def _in_threads(config: RunConfig, todo: list, threads: Threads
+                ) -> Iterator[tuple[int, list, str | None, list]]:
+    """One job a thread, `threads.concurrency` in flight, as they complete: (its index, [its
+    line, or None if the infrastructure failed it], None, [the failure, if any]). After a
+    failure no new job starts; those in flight finish."""
+    corpus = config.corpus
+
+    def episode(index: int) -> str:
+        spec, task_id, seed = todo[index]
+        return seal(grade_row(threads.policy(spec, task_id, seed), spec, corpus.task(task_id),
+                              seed, config))
+
+    pending: dict = {}
+    submitted = 0
+    failed = False
+    with ThreadPoolExecutor(threads.concurrency) as pool:
+        while pending or (submitted < len(todo) and not failed):
+            while len(pending) < threads.concurrency and submitted < len(todo) and not failed:
+                pending[pool.submit(episode, submitted)] = submitted
+                submitted += 1
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                index = pending.pop(future)
+                try:
+                    yield index, [future.result()], None, []
+                except threads.infrastructure as exc:
+                    _, task_id, seed = todo[index]
+                    failed = True
+                    yield index, [None], None, [{"task_id": task_id, "seed": seed,
+                                                 "error": str(exc)}]
+
+
+# ------------------------------------------------------------------------------- grading
+def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
+          desc: str = "grading", backend: str | Threads = "local",
+          manifest: dict | None = None) -> list[dict]:
+    """Run every missing job of `config` into `out/episodes.jsonl`; return the config's rows.
+
+    `backend` says where episodes run: `local` worker processes (`workers` of them), `ray`
+    tasks (`eval/grading/distributed.py`), or `Threads` (a model behind an endpoint); the file is the
+    same. `manifest` adds fields the run must keep across resumes (a model's settings)."""
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"workers must lie in 1..{MAX_WORKERS} (4 per core: more processes "
+                         f"than that only add overhead), got {workers}")
+    if isinstance(backend, str):
+        if backend not in BACKENDS:
+            raise ValueError(f"--backend: unknown backend {backend!r}; valid: "
+                             f"{', '.join(BACKENDS)}")
+        if backend == "ray":
+            if config.master_seed is not None:
+                raise ValueError("--backend ray does not grade the private split: its master "
+                                 "seed would travel to every Ray worker (another machine's, on "
+                                 "a cluster)")
+            from eval.grading.distributed import require_ray
+            require_ray()  # Ray missing: an error now, before anything is written
+    outside = [s for s in config.policies if PolicySpec.parse(s).kind == "outside"]
+    if outside:  # which sandbox the outside policies were graded in, proven before any case
+        manifest = {**(manifest or {}), "sandbox": sandbox.self_test() if config.sandbox
+                    else "off"}
+        if backend == "ray" and config.sandbox:  # and on every node that grades, by host name
+            from eval.grading.distributed import on_every_node
+            manifest["sandbox_nodes"] = on_every_node(sandbox.self_test)
+    if isinstance(backend, str):
+        for spec in config.policies:  # fail now, not in a worker: an outside policy's code is
+            policy = make_policy(spec, sandbox=config.sandbox,  # loaded once, then let go
+                                 allow_pickle=config.trust_pickles)
+            if isinstance(policy, ExternalPolicy):
+                policy.preflight()
+    inputs = {spec: digest for spec in config.policies
+              if (digest := input_identity(spec)) is not None}
+    runfolder.prepare(out)
+    with runfolder.lock(out):
+        runfolder.pin(out, {**config.manifest(), **(manifest or {})}, inputs)
+        return _grade_locked(config, out, workers, progress, desc, backend, inputs)
+
+
+def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, desc: str,
+                  backend: str | Threads, inputs: dict) -> list[dict]:
+    path = out / runfolder.ROWS
+    runfolder.repair(path)
+    rows = read_rows(path)
+    done = {key(row) for row in rows}
+    todo = [job for job in config.jobs() if job not in done]
+    error = None
+    failed: list[dict] = []
+    if todo:
+        bar = _progress(len(todo), desc, progress)
+        tokens = [0, 0]
+        if isinstance(backend, Threads):
+            events = _in_threads(config, todo, backend)
+        else:
+            events = _in_processes(config, todo, inputs, workers, backend)
+        appender = OrderedAppender(path)
+        try:
+            for start, lines, error, failures in events:
+                for line in appender.extend(start, lines):
+                    row = unseal(line)  # our own line, sealed by the worker just now
+                    rows.append(row)
+                    if "tokens_in" in row:
+                        tokens[0] += row["tokens_in"]
+                        tokens[1] += row["tokens_out"]
+                        bar.set_postfix_str(f"tokens in {tokens[0]:,} out {tokens[1]:,}")
+                bar.update(len(lines))
+                failed += failures
+                if error is not None:
+                    break
+        finally:
+            events.close()
+            appender.close()
+            _close_external()
+            bar.close()
+    incomplete = out / "incomplete.json"
+    if failed:
+        runfolder.write_atomic(incomplete, json.dumps({"episodes": failed}, indent=2) + "\n")
+        raise Incomplete(failed, incomplete)
+    if incomplete.exists():
+        incomplete.unlink()
+    if error is not None:
+        raise PolicyError(f"{error} (the {len(rows)} episodes recorded in {path} stay valid)")
+    wanted = config.jobs()
+    runfolder.keep_in_order(path, rows, wanted)
+    wanted_set = set(wanted)
+    rows = [row for row in rows if key(row) in wanted_set]
+    if len(rows) != len(wanted_set):
+        raise ValueError(f"{path} holds {len(rows)} of the {len(wanted_set)} episodes of this "
+                         "run (duplicated or foreign lines?)")
+    return rows
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    if not enabled or os.environ.get("FINALITY_NO_PROGRESS"):
+        return _NoBar()
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="ep", file=sys.stderr, mininterval=0.5)
