@@ -1,8 +1,9 @@
 # Every target installs what it needs into .venv (created on first use) with the tested pins.
 # The main job needs only the grader's extra (numpy, matplotlib, tqdm: a 0.2 GB environment); the
-# tests and the models need every extra (torch, Ray, TensorBoard, pyarrow, ...: 1.7 GB). One stamp
-# per set, so that `make run` stays lean, a later `make test` adds the rest, and `make run` after
-# `make test` installs nothing (the full set includes the grader's: its recipe touches both stamps).
+# tests and the models need every extra (torch, Ray, TensorBoard, onnxruntime, the RL toolkits
+# with JAX, ...: about 3 GB). One stamp per set, so that `make run` stays lean, a later
+# `make test` adds the rest, and `make run` after `make test` installs nothing (the full set
+# includes the grader's: its recipe touches both stamps).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -36,7 +37,7 @@ $(EVAL_STAMP): pyproject.toml constraints.txt | $(PY)
 	touch $@
 
 $(ALL_STAMP): pyproject.toml constraints.txt | $(PY)
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[eval,train,model,ray,inspect,dev]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[eval,train,model,ray,inspect,onnx,toolkits,dev]"
 	touch $@ $(EVAL_STAMP)
 
 run: $(EVAL_STAMP)  ## the main job: the headline evaluation

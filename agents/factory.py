@@ -1,6 +1,7 @@
 """The factory: every policy by its spec (`agents/spec.py` parses them; `agents/registry.py`
 names the project's own): the project's scripted policies, open-loop plans, saved stable-baselines3 models (loaded as data, no pickle of the archive run,
-unless `allow_pickle`: `agents/learned.py`) and policies from outside the project, graded in
+unless `allow_pickle`: `agents/learned.py`), policy networks as ONNX graphs (run by onnxruntime:
+`agents/onnx_policy.py`) and policies from outside the project, graded in
 their own process (`agents/external.py`). A language model (`model:NAME`) needs an endpoint:
 `python -m eval model` builds it (`agents/model/`)."""
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 from . import scripted
 from .external import ExternalPolicy
 from .registry import CLASSES
-from .spec import PolicySpec
+from .spec import ONNX, PolicySpec
 from finality_gym.policy import Policy
 
 
@@ -22,6 +23,9 @@ def make_policy(spec: str | PolicySpec, sandbox: bool = True,
     parsed = spec if isinstance(spec, PolicySpec) else PolicySpec.parse(spec)
     if parsed.kind == "outside":
         return ExternalPolicy(parsed, sandbox=sandbox)
+    if parsed.kind in ONNX:
+        from .onnx_policy import load_onnx
+        return load_onnx(parsed.target, greedy=parsed.kind == "onnx-greedy")
     if parsed.learned:
         from .learned import load_sb3
         return load_sb3(parsed.target, greedy=parsed.kind.endswith("-greedy"),

@@ -7,6 +7,8 @@
     sb3:PATH, sb3-greedy:PATH             a saved model of any stable-baselines3 or sb3-contrib
                                           algorithm with a Discrete action space (`sb3`,
                                           `sb3-greedy`)
+    onnx:PATH, onnx-greedy:PATH           a policy network as an ONNX graph, run by onnxruntime
+                                          (`onnx`, `onnx-greedy`: `agents/onnx_policy.py`)
     model:NAME                            a language model (`python -m eval model` grades it)
     FILE.py:CLASS, MODULE:CLASS           a policy from outside the project (`outside`)
 
@@ -27,17 +29,23 @@ from pathlib import Path
 from .registry import SCRIPTED
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("plan", "ppo", "ppo-greedy", "sb3", "sb3-greedy", "model")
+KINDS = ("plan", "ppo", "ppo-greedy", "sb3", "sb3-greedy", "onnx", "onnx-greedy", "model")
+# A saved stable-baselines3 model, run by torch: its spec reads a `vecnormalize.pkl` beside it,
+# and the grader starts its workers fresh (torch's threads are not forked).
 LEARNED = ("ppo", "ppo-greedy", "sb3", "sb3-greedy")
+# A policy network as an ONNX graph, its own whole input, run by onnxruntime on one thread.
+ONNX = ("onnx", "onnx-greedy")
 FORMS = ("NAME, sop:poll_interval=INT,max_polls=INT, plan:W1,RETRY,W2,TERMINAL, ppo:PATH, "
-         "ppo-greedy:PATH, sb3:PATH, sb3-greedy:PATH, model:NAME, FILE.py:CLASS, MODULE:CLASS")
+         "ppo-greedy:PATH, sb3:PATH, sb3-greedy:PATH, onnx:PATH, onnx-greedy:PATH, model:NAME, "
+         "FILE.py:CLASS, MODULE:CLASS")
 
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """`kind` is `scripted`, `plan`, `ppo`, `ppo-greedy`, `sb3`, `sb3-greedy`, `model` or
-    `outside`; `target` the policy's name, the model file, the model's name, or the outside
-    policy's file or module; `arguments` the knobs, the plan, or the outside policy's class."""
+    """`kind` is `scripted`, `plan`, `ppo`, `ppo-greedy`, `sb3`, `sb3-greedy`, `onnx`,
+    `onnx-greedy`, `model` or `outside`; `target` the policy's name, the model file, the model's
+    name, or the outside policy's file or module; `arguments` the knobs, the plan, or the outside
+    policy's class."""
 
     kind: str
     target: str
@@ -70,7 +78,7 @@ class PolicySpec:
 
     def source(self) -> Path | None:
         """The file this spec loads from disk, or None for the project's own policies."""
-        if self.learned:
+        if self.learned or self.kind in ONNX:
             path = Path(self.target)
             if not path.is_file():
                 raise ValueError(f"no model file at {path}")

@@ -1,9 +1,10 @@
 """The observation normalization saved with a stable-baselines3 model, read as data.
 
-A `vecnormalize.pkl` saved with a model (beside it, or where RL Baselines3 Zoo writes it,
-`<folder>/<env id>/vecnormalize.pkl`) is applied to every observation as SB3's
-`VecNormalize.normalize_obs` applies it at evaluation, whichever loader reads the model
-(`agents/learned.py`). It is a pickle, and the grader runs it in its own process, so it is read
+The statistics saved with a model (`normalization_file` says where SB3, its checkpoints and RL
+Baselines3 Zoo put them) are applied to every observation as SB3's `VecNormalize.normalize_obs`
+applies them at evaluation, whichever loader reads the model (`agents/learned.py`); never
+ignored: a model trained on normalized observations and graded on raw ones is graded as a
+policy it is not. It is a pickle, and the grader runs it in its own process, so it is read
 by an unpickler that records what the file names, calls nothing and rebuilds only arrays of
 plain numbers (`_Recorder`).
 """
@@ -11,6 +12,7 @@ plain numbers (`_Recorder`).
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -19,16 +21,38 @@ import numpy as np
 from finality_gym.registration import ENV_IDS
 
 def normalization_file(path: Path) -> Path | None:
-    """The `vecnormalize.pkl` saved with a model archive, if any: beside it, or where RL
-    Baselines3 Zoo writes it, in a folder named for the env id beside the model. Two are one too
-    many: which one the model was trained with cannot be told."""
-    found = [file for file in (path.parent / "vecnormalize.pkl",
-                               *(path.parent / env_id / "vecnormalize.pkl" for env_id in ENV_IDS))
-             if file.is_file()]
+    """The `vecnormalize.pkl` saved with a model archive, if any, wherever these save it:
+
+    - stable-baselines3's users: `vecnormalize.pkl` beside the model;
+    - SB3's `CheckpointCallback(save_vecnormalize=True)`: `<prefix>_vecnormalize_<n>_steps.pkl`
+      beside the checkpoint `<prefix>_<n>_steps.zip`;
+    - RL Baselines3 Zoo: `<run>/<env name>/vecnormalize.pkl`, for each model of the run folder
+      `<run>` = `<env name>_<k>` (or `<env name>_<k>_<uuid>`): the final `<env name>.zip`,
+      `best_model.zip`, the checkpoints. The env name is found from the run folder's name or
+      the model's, or is one of Finality's ids, so a zoo run of an env registered under
+      another id (with Finality's spaces) is found too.
+
+    Two are one too many: which one the model was trained with cannot be told."""
+    folder = path.parent
+    checkpoint = re.fullmatch(r"(.+)_(\d+)_steps", path.stem)
+    own = [folder / "vecnormalize.pkl"]
+    if checkpoint:
+        own.append(folder / f"{checkpoint[1]}_vecnormalize_{checkpoint[2]}_steps.pkl")
+    zoo = [file for file in sorted(folder.glob("*/vecnormalize.pkl"))
+           if _zoo_env_folder(file.parent.name, path)]
+    found = [file for file in own + zoo if file.is_file()]
     if len(found) > 1:
         raise ValueError(f"{path} has {len(found)} observation normalizations saved with it "
                          f"({', '.join(map(str, found))}): keep only the one it was trained with")
     return found[0] if found else None
+
+
+def _zoo_env_folder(name: str, path: Path) -> bool:
+    """Whether a folder `name` beside the model `path` is where RL Baselines3 Zoo keeps a run's
+    statistics: the folder of the run's env name (the zoo's `<env name>_<k>[_<uuid>]` run
+    folder, the final model `<env name>.zip`, or a Finality id)."""
+    run = re.escape(name) + r"_\d+(_[0-9a-f-]{36})?"
+    return name in ENV_IDS or name == path.stem or re.fullmatch(run, path.parent.name) is not None
 
 
 _VEC_NORMALIZE = ("stable_baselines3.common.vec_env.vec_normalize", "VecNormalize")

@@ -1,8 +1,10 @@
 """Env speed: `Finality-v0` steps per second under a uniformly random policy, resets included,
-side by side with `CartPole-v1` (both through `gym.make`, in the same run); prints the ratio;
-and the seconds an `rgb_array` frame takes.
+side by side with `CartPole-v1` (both through `gym.make`, in the same run): the two are timed in
+interleaved blocks (a block of one, then a block of the other, `--blocks` times), so that a
+machine that speeds up or slows down mid-run moves both; prints the median of each block's rate
+and the median of the blocks' ratios; and the seconds an `rgb_array` frame takes.
 
-    .venv/bin/python benchmarks/env.py [--seconds 3]
+    .venv/bin/python benchmarks/env.py [--blocks 15] [--seconds 0.3]
 
 Both envs draw their random actions the same way (`env.action_space.sample()`).
 """
@@ -10,6 +12,7 @@ Both envs draw their random actions the same way (`env.action_space.sample()`).
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import gymnasium as gym
@@ -17,35 +20,43 @@ import gymnasium as gym
 import finality_gym  # noqa: F401  (registers the envs)
 
 
-def steps_per_second(env_id: str, seconds: float) -> float:
-    env = gym.make(env_id)
-    env.reset(seed=0)
-    env.action_space.seed(0)
-    sample = env.action_space.sample
-    step = env.step
-    reset = env.reset
-    steps = 0
-    start = time.perf_counter()
-    while True:
-        for _ in range(1000):
-            _, _, terminated, truncated, _ = step(sample())
-            if terminated or truncated:
-                reset()
-        steps += 1000
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return steps / elapsed
+class Stepper:
+    """One env under a random policy, stepped in timed blocks."""
+
+    def __init__(self, env_id: str):
+        self.env = gym.make(env_id)
+        self.env.reset(seed=0)
+        self.env.action_space.seed(0)
+
+    def block(self, seconds: float) -> float:
+        """Steps per second over one block of about `seconds`."""
+        sample, step, reset = self.env.action_space.sample, self.env.step, self.env.reset
+        steps = 0
+        start = time.perf_counter()
+        while True:
+            for _ in range(500):
+                _, _, terminated, truncated, _ = step(sample())
+                if terminated or truncated:
+                    reset()
+            steps += 500
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return steps / elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--blocks", type=int, default=15, help="blocks of each env")
+    parser.add_argument("--seconds", type=float, default=0.3, help="seconds a block")
     args = parser.parse_args()
-    cartpole = steps_per_second("CartPole-v1", args.seconds)
-    finality = steps_per_second("Finality-v0", args.seconds)
-    print(f"CartPole-v1 steps/s: {cartpole:,.0f}")
-    print(f"Finality-v0 steps/s (resets included): {finality:,.0f}")
-    print(f"ratio Finality / CartPole: {finality / cartpole:.2f}")
+    cartpole, finality = Stepper("CartPole-v1"), Stepper("Finality-v0")
+    cartpole.block(args.seconds), finality.block(args.seconds)  # warm up
+    pairs = [(cartpole.block(args.seconds), finality.block(args.seconds))
+             for _ in range(args.blocks)]
+    print(f"CartPole-v1 steps/s: {statistics.median(c for c, _ in pairs):,.0f}")
+    print(f"Finality-v0 steps/s (resets included): {statistics.median(f for _, f in pairs):,.0f}")
+    print(f"ratio Finality / CartPole: {statistics.median(f / c for c, f in pairs):.2f} (median "
+          f"of {args.blocks} interleaved blocks)")
     print(f"rgb_array render, seconds a frame (a finished case, fault marks included): "
           f"{seconds_a_frame():.3f}")
 

@@ -8,7 +8,15 @@ stopped the run: re-run into the same folder to complete it).
 
 from __future__ import annotations
 
-import argparse
+import os
+
+# numpy's OpenBLAS starts a thread per core for every matrix product, which the bootstrap's
+# small products (replicates x units) only wait on: one thread made the headline's statistics
+# 9 times faster on two busy cores, with the same results. Set before numpy is imported, for
+# this process and the workers it starts; a value set outside is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
 import importlib
 import sys
 

@@ -16,4 +16,4 @@ register_envs()
 
 __all__ = ["ARCHETYPES", "FAMILIES", "PROBE_ARMS", "SPLITS", "TOOLS", "Corpus", "Costs",
            "ENV_IDS", "Episode", "EpisodeRecord", "FaultProfile", "InvalidCall", "Task", "load_corpus"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

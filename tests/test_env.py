@@ -21,6 +21,7 @@ from finality_gym.tasks import SHIP_BY
 
 ENV_IDS = list(finality_gym.ENV_IDS)
 PUBLIC = finality_gym.load_corpus("public")
+NUMERIC_INFO = {"action_mask", "t", "calls_used", "order_value", "ended", "gap", "exact"}
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -66,8 +67,9 @@ def _same(a, b):
 
 
 def test_seeded_resets_reproduce_whole_episodes():
-    _same(_rollout(gym.make("Finality-v0"), 7), _rollout(gym.make("Finality-v0"), 7))
-    a, b = _rollout(gym.make("Finality-v0"), 7), _rollout(gym.make("Finality-v0"), 8)
+    full = {"id": "Finality-v0", "info": "full"}
+    _same(_rollout(gym.make(**full), 7), _rollout(gym.make(**full), 7))
+    a, b = _rollout(gym.make(**full), 7), _rollout(gym.make(**full), 8)
     assert not all(np.array_equal(x, y) for x, y in zip(a[:1], b[:1])) or a[1:3] != b[1:3]
 
 
@@ -82,6 +84,10 @@ def test_vector_envs_run_four_copies(vector_cls):
         for _ in range(200):
             obs, rewards, terminated, truncated, infos = envs.step(envs.action_space.sample())
             assert envs.single_observation_space.contains(obs[0])
+            # the numeric info stacks into typed arrays, one row per env, never object arrays
+            assert infos["action_mask"].shape == (4, 16) and infos["action_mask"].dtype == bool
+            assert infos["gap"].dtype == np.int64 and infos["exact"].dtype == bool
+            assert np.array_equal(infos["ended"], terminated | truncated)
             ends += int(np.sum(terminated | truncated))
         assert ends > 20
     finally:
@@ -126,7 +132,7 @@ def test_observations_stay_inside_the_space(seed, env_id):
 def test_twin_halves_observe_identically_before_t_det(pair, fault_seed, actions):
     """Non-terminal actions only (0..10), so the comparison runs until t_det."""
     settle, fail = pair
-    envs = [FinalityEnv(), FinalityEnv()]
+    envs = [FinalityEnv(info="full"), FinalityEnv(info="full")]
     obs = [e.reset(seed=0, options={"task_id": t.task_id, "fault_seed": fault_seed})[0]
            for e, t in zip(envs, pair)]
     assert np.array_equal(obs[0], obs[1])
@@ -137,11 +143,13 @@ def test_twin_halves_observe_identically_before_t_det(pair, fault_seed, actions)
         if envs[0].episode.done:
             break
         assert np.array_equal(out[0][0], out[1][0])
-        assert out[0][4] == out[1][4]
+        assert out[0][4].keys() == out[1][4].keys()
+        assert all(np.array_equal(out[0][4][k], out[1][4][k]) for k in NUMERIC_INFO)
+        assert out[0][4]["result"] == out[1][4]["result"]
 
 
 def test_options_replay_equals_driving_the_engine():
-    env = FinalityEnv()
+    env = FinalityEnv(info="full")
     task = PUBLIC.tasks[100]
     actions = [0, 4, 7, 1, 9, 8, 3, 11]
     env.reset(seed=5, options={"task_id": task.task_id, "fault_seed": 3})
@@ -157,7 +165,7 @@ def test_options_replay_equals_driving_the_engine():
 
 
 def test_reward_and_end_flags():
-    env = FinalityEnv(reward_scale=10)
+    env = FinalityEnv(reward_scale=10, info="full")
     env.reset(seed=0, options={"task_id": PUBLIC.tasks[0].task_id, "fault_seed": 0})
     _, reward, terminated, truncated, info = env.step(15)  # close
     assert terminated and not truncated
@@ -166,16 +174,69 @@ def test_reward_and_end_flags():
     for _ in range(40):
         _, reward, terminated, truncated, info = env.step(0)
     assert truncated and not terminated and info["record"].lapsed
-    assert set(info) == {"result", "record"}
+    assert set(info) == NUMERIC_INFO | {"result", "record"}
+    assert info["ended"] and info["gap"] == info["record"].gap
 
+
+INFO_DTYPES = {"action_mask": np.bool_, "t": np.int64, "calls_used": np.int64,
+               "order_value": np.int64, "ended": np.bool_, "gap": np.int64, "exact": np.bool_}
+
+
+def _check_info(info, first, env, ended):
+    """One step's numeric info: reset's keys, dtypes and shapes, and the engine's own state."""
+    assert info.keys() == first.keys() == NUMERIC_INFO
+    for key, value in info.items():
+        assert type(value) is type(first[key]) and value.dtype == first[key].dtype, key
+        assert np.shape(value) == np.shape(first[key]), key
+    episode = env.episode
+    assert np.array_equal(info["action_mask"], env.action_masks())
+    assert (info["t"], info["calls_used"]) == (episode.now, episode.calls_used)
+    assert info["order_value"] == episode.task.order_value and info["ended"] == ended
+    gap = episode.record().gap if ended else 0
+    assert info["gap"] == gap and info["exact"] == (ended and gap == 0)
+    return bool(info["exact"])
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_numeric_info_is_the_same_at_reset_and_every_step(env_id):
+    """The default info, and the same numbers under info="full" with `result` and `record`."""
+    env, full = gym.make(env_id).unwrapped, gym.make(env_id, info="full").unwrapped
+    rng = np.random.default_rng(0)
+    exact = 0
+    for seed in range(60):
+        _, first = env.reset(seed=seed)
+        assert full.reset(seed=seed)[1].keys() == NUMERIC_INFO
+        assert {k: v.dtype.type for k, v in first.items()} == INFO_DTYPES
+        assert first["action_mask"].shape == (16,) and first["ended"].shape == ()
+        assert type(first["t"]) is np.int64 and type(first["ended"]) is np.ndarray
+        assert (first["t"], first["calls_used"]) == (120, 0)
+        _check_info(first, first, env, False)
+        ended = False
+        while not ended:
+            action = int(rng.integers(16))
+            *_, terminated, truncated, info = env.step(action)
+            *_, info_full = full.step(action)
+            ended = terminated or truncated
+            exact += _check_info(info, first, env, ended)
+            assert all(np.array_equal(info[k], info_full[k]) for k in info)
+            assert info_full["result"] == full.episode.history[-1][3]
+            assert ("record" in info_full) == ended
+        assert info_full["record"] == full.episode.record()
+    assert exact > 0  # some random episodes end exact: the flag is not constant
+
+
+def test_docstring_documents_every_info_key():
+    section = FinalityEnv.__doc__.split("## Info")[1].split("\n    ## ")[0]
+    keys = re.findall(r"^\s*\| `(\w+)` \|", section, re.M)
+    assert sorted(keys) == sorted(NUMERIC_INFO) == sorted(FinalityEnv().reset(seed=0)[1])
 
 def test_ship_is_masked_after_the_deadline_and_refused_if_taken():
-    env = FinalityEnv()
-    env.reset(seed=0)
-    assert env.action_masks()[11]
+    env = FinalityEnv(info="full")
+    _, info = env.reset(seed=0)
+    assert env.action_masks()[11] and info["action_mask"][11]
     while env.episode.now <= SHIP_BY:
-        env.step(8)
-    assert not env.action_masks()[11]
+        info = env.step(8)[4]
+    assert not env.action_masks()[11] and not info["action_mask"][11]
     obs, reward, terminated, truncated, info = env.step(11)
     assert "error" in info["result"] and not terminated and obs[57] == 1.0
 
@@ -183,7 +244,7 @@ def test_ship_is_masked_after_the_deadline_and_refused_if_taken():
 @pytest.mark.parametrize("arm", ["none", "delayed", "rate_limited", "identity", "full"])
 def test_probe_arms(arm):
     task = next(t for t in PUBLIC.tasks if t.archetype == "pending_fail" and t.twin_id is None)
-    env = FinalityEnv(probe=arm)
+    env = FinalityEnv(probe=arm, info="full")
     env.reset(seed=0, options={"task_id": task.task_id, "fault_seed": 0})
     masks = env.action_masks()
     assert masks[4] == (arm != "none")
@@ -223,6 +284,7 @@ def test_probe_arms(arm):
     ({"faults": {"intensity": 0.3, "families": ["gremlins"]}}, "unknown fault families"),
     ({"dispute_fee": -3}, "cost constants: dispute_fee"),
     ({"render_mode": "human"}, "render_mode: must be None or 'ansi'"),
+    ({"info": "verbose"}, "info: must be 'numeric' or 'full'; got 'verbose'"),
 ])
 def test_invalid_kwargs_raise_naming_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -262,7 +324,7 @@ def test_archetype_subset_and_custom_waits():
 
 
 def test_pickle_round_trip_of_a_fresh_env():
-    env = FinalityEnv(probe="delayed", faults=0.5)
+    env = FinalityEnv(probe="delayed", faults=0.5, info="full")
     clone = pickle.loads(pickle.dumps(env))
     assert clone.probe == "delayed" and clone.faults == env.faults
     a, _ = env.reset(seed=4)

@@ -134,7 +134,7 @@ ONE_HOME = {
     "rounded_interval": "eval/stats/summary.py", "win_share": "eval/stats/bootstrap.py",
     "money": "eval/reports/format.py", "interval": "eval/reports/format.py",
     "share": "eval/reports/format.py", "md_name": "eval/reports/format.py",
-    "table": "eval/reports/format.py", "pyplot": "eval/reports/figures.py",
+    "table": "eval/reports/format.py", "subplots": "eval/reports/figures.py",
     "SUMMARY": "eval/grading/runfolder.py", "transcript_name": "eval/grading/runfolder.py",
     "ALGORITHMS": "agents/algorithms.py", "POLICY_TIMEOUT_S": "agents/limits.py",
     "policy_timeout": "agents/limits.py", "ChatEndpoint": "agents/model/endpoint.py",

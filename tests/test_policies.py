@@ -246,7 +246,7 @@ def test_no_unprivileged_policy_acts_differently_on_twin_halves_before_t_det():
 def test_gym_policy_sees_exactly_the_env_observations():
     task = PUBLIC.tasks[40]
     actions = [0, 1, 2, 3, 4, 8, 0, 4, 9, 7, 1, 11]
-    env = FinalityEnv()
+    env = FinalityEnv(info="full")  # `record` in the last step's info
     env_obs = [env.reset(seed=0, options={"task_id": task.task_id, "fault_seed": 2})[0]]
     for action in actions:
         obs, _, terminated, truncated, info = env.step(action)

@@ -226,7 +226,7 @@ def main(cls):
         assert masks.shape == (4, 16) and masks.dtype == bool and masks[:, 11].all()
         obs, rewards, dones, infos = envs.step(np.array([0, 4, 8, 15]))
         assert obs.shape == (4, 58) and list(dones) == [False, False, False, True]
-        assert "record" in infos[3] and "terminal_observation" in infos[3]
+        assert infos[3]["ended"] and "terminal_observation" in infos[3]
         assert [f.shape for f in envs.get_images()] == [(800, 1280, 3)] * 4
         model = MaskablePPO("MlpPolicy", envs, n_steps=64, batch_size=64, n_epochs=2, seed=0,
                             device="cpu")

@@ -29,7 +29,8 @@ def test_readers_never_change_a_torn_file_and_the_writer_repairs_it(tmp_path):
     assert read_rows(path) == rows
     assert path.read_bytes() == torn  # the reader cut nothing off
     from eval.experiments.headline import recorded
-    recorded(config, tmp_path)  # the summary's reader neither
+    assert recorded(config, tmp_path, rows)[0] == rows  # the summary's reader neither: from
+    assert recorded(config, tmp_path, [])[0] == rows  # the rows graded, or from the file
     assert path.read_bytes() == torn
     assert grade(config, tmp_path, progress=False) == rows  # the writer, under the lock, does
     assert path.read_bytes() == torn[:torn.rfind(b"\n") + 1]

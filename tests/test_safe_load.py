@@ -23,11 +23,11 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import finality_gym
+from sb3_reference import played
 from agents import make_policy, run_episode
 from agents.learned import load_sb3
 from eval.__main__ import main as eval_cli
 from eval.grading.grader import RunConfig, grade_in_process
-from finality_gym.policy import brief_for
 from finality_gym.registration import ENV_IDS
 
 PUBLIC = finality_gym.load_corpus("public")
@@ -218,18 +218,8 @@ def test_a_pickle_beside_the_model_never_runs(tmp_path, model):
 
 
 def _played(model, task_id: str, seed: int, greedy: bool, normalize=None) -> dict:
-    """One episode of an SB3 model through `gym.make("Finality-v0")`, torch seeded from the
-    brief as `sb3:` seeds it; observations passed through `normalize` if given."""
-    env = gym.make("Finality-v0")
-    obs, _ = env.reset(options={"task_id": task_id, "fault_seed": seed})
-    torch.manual_seed(brief_for(PUBLIC.task(task_id), seed, "full").seed)
-    done = False
-    while not done:
-        action, _ = model.predict(obs if normalize is None else normalize(obs),
-                                  deterministic=greedy)
-        obs, _, terminated, truncated, info = env.step(int(action))
-        done = terminated or truncated
-    return info["record"].to_dict()
+    """One episode's record as SB3 plays the model (`tests/sb3_reference.py`)."""
+    return played(model, task_id, seed, greedy, normalize).record().to_dict()
 
 
 @pytest.mark.parametrize("greedy", [False, True])

@@ -149,7 +149,7 @@ def play_in_env(model, task_id: str, seed: int, greedy: bool) -> dict:
     states: an actor-critic samples with torch seeded from the brief, a Q-learner and ARS are
     greedy, an LSTM starts from a zero state, MaskablePPO gets the env's masks. The record as a
     row holds it (through JSON)."""
-    env = gym.make("Finality-v0")
+    env = gym.make("Finality-v0", info="full")  # `record` in the last step's info
     obs, _ = env.reset(options={"task_id": task_id, "fault_seed": seed})
     deterministic = greedy or isinstance(model, (DQN, QRDQN, ARS))
     if not deterministic:

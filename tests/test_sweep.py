@@ -87,6 +87,30 @@ def test_a_sweep_writes_every_seed_run_and_the_aggregate(swept, capsys):
     assert "| **all** |" in report and "Probability of improvement" in report
 
 
+def test_the_summary_carries_each_seeds_per_unit_scores_on_the_splits_units(swept):
+    """`per_unit`: seeds x units arrays whose units are every unit of the split, as its corpus
+    lists them, and whose `episodes`-weighted rows are the seeds' mean gaps and exact rates."""
+    import numpy as np
+    from finality_gym import load_corpus
+    summary = json.loads((swept / "summary.json").read_text())
+    for name, split in summary["splits"].items():
+        corpus = load_corpus(name)
+        p = split["per_unit"]
+        assert p["units"] == [u[0].twin_id or u[0].task_id for u in corpus.units]
+        assert len(set(p["units"])) == split["units"] == len(corpus.units)
+        # one grading seed (--final-seeds 1): a twin pair's two halves, a singleton's one
+        assert p["episodes"] == [len(u) for u in corpus.units]
+        for key in ("mean_gap", "exact"):
+            scores = np.array([p[key][str(row["seed"])] for row in split["seeds"]])
+            assert scores.shape == (2, len(corpus.units))
+            assert np.average(scores, axis=1, weights=p["episodes"]) == pytest.approx(
+                [row[key] for row in split["seeds"]], abs=1e-5)
+        assert set(p["scripted"]) == set(split["scripted"])
+        gate = p["scripted"]["finality_gate"]["mean_gap"]
+        assert np.average(gate, weights=p["episodes"]) == pytest.approx(
+            split["scripted"]["finality_gate"]["mean_gap"], abs=1e-5)
+
+
 def test_a_seed_trains_to_the_same_model_in_any_process(swept, tmp_path):
     """Seed 1 trained in a sweep worker (spawned, beside seed 0) and here, in this process."""
     config = TrainConfig(**{**TINY_CONFIG.__dict__, "seed": 1, "out": str(tmp_path / "again")})

@@ -119,3 +119,59 @@ def test_the_cli_writes_the_comparison_and_refuses_what_is_not_comparable(sweeps
                      str(tmp_path / "taken")]) == 2
     assert "holds notes.txt" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["notes.txt"]
+
+
+def test_the_summary_publishes_every_seeds_and_scripted_policys_per_unit_scores(sweeps):
+    from finality_gym import load_corpus
+    summary = json.loads((sweeps["a"] / "summary.json").read_text())
+    unweighted = 0  # the policies whose plain average of the units is not their mean gap
+    for split, ids in TASKS.items():
+        s = summary["splits"][split]
+        p = s["per_unit"]
+        # the units are the split's, from its corpus, in its order: the twin pair 000 is one
+        # unit, 030a (its twin not graded) another, each singleton its own
+        tasks = [load_corpus(split).task(i) for i in ids]
+        assert p["units"] == list(dict.fromkeys(t.twin_id or t.task_id for t in tasks))
+        assert len(p["units"]) == s["units"] == 5
+        # two episode seeds per task: the pair weighs twice a singleton
+        assert p["episodes"] == [4, 2, 2, 2, 2]
+        gaps = np.array([p["mean_gap"][str(row["seed"])] for row in s["seeds"]])
+        exact = np.array([p["exact"][str(row["seed"])] for row in s["seeds"]])
+        assert gaps.shape == exact.shape == (2, 5) and sorted(p["mean_gap"]) == ["0", "1"]
+        # a seed's mean gap is episode-weighted: the units averaged with `episodes` as weights
+        # give it back (and, for a policy whose pair loses more or less than the rest, the
+        # plain average of the units does not: below)
+        for row, g, e in zip(s["seeds"], gaps, exact):
+            assert np.average(g, weights=p["episodes"]) == pytest.approx(row["mean_gap"], abs=1e-5)
+            assert np.average(e, weights=p["episodes"]) == pytest.approx(row["exact"], abs=1e-5)
+        assert np.average(gaps, axis=1, weights=p["episodes"]).mean() == pytest.approx(
+            s["across_seeds"]["mean_gap"], abs=1e-5)
+        assert set(p["scripted"]) == set(s["scripted"])
+        for policy, scores in p["scripted"].items():
+            assert len(scores["mean_gap"]) == len(scores["exact"]) == 5
+            mean = s["scripted"][policy]["mean_gap"]
+            assert np.average(scores["mean_gap"], weights=p["episodes"]) == pytest.approx(
+                mean, abs=1e-5)
+            unweighted += abs(np.mean(scores["mean_gap"]) - mean) > 0.01
+        assert p["scripted"]["finality_oracle"]["exact"] == [1.0] * 5
+    assert unweighted > 0
+
+
+def test_a_seed_graded_on_fewer_episodes_is_refused_naming_it(sweeps, tmp_path):
+    out = tmp_path / "cut"
+    shutil.copytree(sweeps["a"], out)
+    rows = out / "seed_1" / "eval_public" / "episodes.jsonl"
+    lines = rows.read_text().splitlines()
+    spec = SWEEPS["a"][1]
+    cut = max(i for i, line in enumerate(lines) if json.loads(line)["policy"] == spec)
+    rows.write_text("\n".join(lines[:cut] + lines[cut + 1:]) + "\n")
+    before = (out / "summary.json").read_bytes()
+    runs = {seed: aggregate.SeedRun({split: out / f"seed_{seed}" / f"eval_{split}"
+                                     for split in aggregate.SPLITS},
+                                    {"best_timesteps": 1000, "validation_mean_gap": 10.0,
+                                     "timesteps": 2000, "train_seconds": 1.0,
+                                     "resumed_from": None}) for seed in (0, 1)}
+    with pytest.raises(ValueError, match="seed 1 was graded on other episodes than seed 0 on "
+                                         "public \\(11 against 12\\)"):  # 6 tasks x 2
+        aggregate.run(out, runs, "full", "PPO")
+    assert (out / "summary.json").read_bytes() == before

@@ -48,7 +48,7 @@ import eval.experiments.headline as headline
 from eval.grading.grader import RunConfig, grade_in_process
 from eval.experiments.headline import HEADLINE
 from eval.sweeps.provenance import machine
-from eval.reports.figures import pyplot, save_figure
+from eval.reports.figures import save_figure, subplots
 from eval.grading.runfolder import prepare, save_atomic, write_atomic
 
 from .config import ALGOS, POLICY_HYPERPARAMETERS, TrainConfig
@@ -147,8 +147,8 @@ class RelativeGap(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if "record" in info:
-            reward = -info["record"].gap / info["record"].order_value
+        if info["ended"]:  # the env's numeric info: gap and order value in cents
+            reward = -int(info["gap"]) / int(info["order_value"])
         return obs, reward, terminated, truncated, info
 
 
@@ -304,8 +304,7 @@ def learning_curve(out: Path, algorithm_name: str) -> None:
     """Validation mean gap and exact rate against training steps."""
     history = [json.loads(line) for line in (out / "validation.jsonl").read_text().splitlines()]
     steps = [h["timesteps"] for h in history]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots(figsize=(7, 4.2))
     ax.plot(steps, [h["mean_gap"] for h in history], marker="o", color="C0")
     ax.set_xlabel("training steps")
     ax.set_ylabel("validation mean gap ($)", color="C0")

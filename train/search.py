@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 
 from eval.sweeps.provenance import describe
-from eval.reports.figures import pyplot, save_figure
+from eval.reports.figures import save_figure, subplots
 from eval.grading.runfolder import lock, prepare, write_atomic
 
 from .config import ALGOS, TrainConfig
@@ -171,8 +171,7 @@ def report(summary: dict, name: str) -> str:
 
 def figure(summary: dict, out: Path) -> None:
     """Every run's validation mean gap against training steps, one colour per algorithm."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots(figsize=(7, 4.2))
     for i, (algo, entry) in enumerate(summary["algorithms"].items()):
         for j, r in enumerate(entry["runs"]):
             steps, gaps = zip(*r["curve"])

@@ -165,12 +165,11 @@ def _report(result: dict) -> str:
 
 
 def _figure(result: dict, path: Path) -> None:
-    from eval.reports.figures import pyplot, save_figure
-    plt = pyplot()
+    from eval.reports.figures import save_figure, subplots
     arms_ = [a for a in result["mean_gap"] if a not in ("none", "loss_and_delay")]
     policies = list(result["mean_gap"]["baseline"])
     grid = np.array([[result["mean_gap"][a][p]["mean_gap"] for p in policies] for a in arms_])
-    fig, ax = plt.subplots(figsize=(9, 6.5))
+    fig, ax = subplots(figsize=(9, 6.5))
     image = ax.imshow(grid, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(policies)))
     ax.set_xticklabels(policies, rotation=35, ha="right", fontsize=8)

@@ -121,12 +121,11 @@ def _report(result: dict) -> str:
 
 
 def _figure(result: dict, path: Path) -> None:
-    from eval.reports.figures import pyplot, save_figure
-    plt = pyplot()
+    from eval.reports.figures import save_figure, subplots
     policies = result["default_order"]
     configs = result["per_configuration"]
     ranks = np.array([[c["order"].index(p) + 1 for c in configs] for p in policies])
-    fig, ax = plt.subplots(figsize=(12, 4.6))
+    fig, ax = subplots(figsize=(12, 4.6))
     image = ax.imshow(ranks, cmap="viridis_r", aspect="auto")
     ax.set_yticks(range(len(policies)))
     ax.set_yticklabels(policies, fontsize=8)

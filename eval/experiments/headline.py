@@ -14,19 +14,24 @@ from finality_gym.corpus import PRIVATE
 from eval.grading.grader import RunConfig, grade
 from eval.grading.master_seed import master_seed, seed_options
 from eval.grading.options import run_experiment, run_options
-from eval.grading.runfolder import SUMMARY, read_rows
+from eval.grading.runfolder import ROWS, SUMMARY, key, read_rows
 from eval.reports.figures import figure_exact_vs_pass, figure_paired
 from eval.reports.report import development_note, headline_table, report_markdown
 from eval.stats.summary import summarize
 
 
-def recorded(config: RunConfig, out: Path) -> tuple[list[dict], list[str]]:
+def recorded(config: RunConfig, out: Path, graded: list[dict]) -> tuple[list[dict], list[str]]:
     """Every policy graded into the folder (earlier runs' too, same manifest), so that the
     summary and the report always cover the whole folder; a policy with only part of the
-    episodes (an interrupted earlier run) is left out, and said so."""
+    episodes (an interrupted earlier run) is left out, and said so. `graded` are this run's
+    rows, as `grade` returned them: where the folder holds nothing else, they are the folder,
+    in its order, and the file is not read again (half the main process's time, before)."""
+    if (out / ROWS).read_bytes().count(b"\n") == len(graded):
+        rank = {job: i for i, job in enumerate(config.jobs())}
+        return sorted(graded, key=lambda row: rank[key(row)]), list(config.policies)
     jobs = set(config.cases())
     grouped: dict[str, list[dict]] = {}
-    for row in read_rows(out / "episodes.jsonl"):
+    for row in read_rows(out / ROWS):
         grouped.setdefault(row["policy"], []).append(row)
     complete = [p for p, rs in grouped.items() if {(r["task_id"], r["seed"]) for r in rs} == jobs
                 and len(rs) == len(jobs)]
@@ -52,8 +57,9 @@ def run(out: Path, workers: int = 2, progress: bool = True, split: str = "public
         print(f"split {split}: fingerprint {corpus.fingerprint}, "
               f"{len(corpus.tasks) if tasks is None else len(tasks)} tasks, "
               f"probe arm {probe}, {len(config.jobs())} episodes", flush=True)
-    grade(config, out, workers=workers, progress=progress, desc="headline", backend=backend)
-    rows, policies = recorded(config, out)
+    graded = grade(config, out, workers=workers, progress=progress, desc="headline",
+                   backend=backend)
+    rows, policies = recorded(config, out, graded)
     summary = summarize(rows, config.corpus, policies, list(config.seeds))
     summary["probe"] = probe
     pinned = json.loads((out / "run.json").read_text())

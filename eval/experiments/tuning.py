@@ -110,11 +110,10 @@ def _report(result: dict) -> str:
 
 
 def _figure(result: dict, path: Path) -> None:
-    from eval.reports.figures import pyplot, save_figure
-    plt = pyplot()
+    from eval.reports.figures import save_figure, subplots
     grid_ = np.array([[result["public_mean_gap"][spec(p, m)]["mean_gap"] for m in MAX_POLLS]
                       for p in POLL_INTERVALS])
-    fig, ax = plt.subplots(figsize=(6, 4.8))
+    fig, ax = subplots(figsize=(6, 4.8))
     image = ax.imshow(grid_, cmap="viridis_r", aspect="auto")
     ax.set_xticks(range(len(MAX_POLLS)))
     ax.set_xticklabels(MAX_POLLS)

@@ -43,7 +43,7 @@ from finality_gym.tools import tools_hash
 
 from eval.grading.grader import MAX_WORKERS, RunConfig, Threads, grade
 from eval.grading.runfolder import SUMMARY, TRANSCRIPTS, read_rows, transcript_name, write_atomic
-from eval.reports.figures import pyplot, save_figure
+from eval.reports.figures import save_figure, subplots
 from eval.reports.format import interval, md_name, money, share, table
 from eval.reports.report import report_markdown
 from eval.stats.summary import summarize
@@ -379,10 +379,9 @@ def _learned(line: str) -> str:
 
 def figure(summary: dict, path: Path) -> None:
     """Mean gap with its interval for the model and every scripted policy."""
-    plt = pyplot()
     pols = summary["policies"]
     names = sorted(pols, key=lambda n: pols[n]["mean_gap"])
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(names) + 1.6))
+    fig, ax = subplots(figsize=(7.5, 0.45 * len(names) + 1.6))
     for i, name in enumerate(names):
         p = pols[name]
         lo, hi = p["mean_gap_ci"]

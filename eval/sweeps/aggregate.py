@@ -12,7 +12,15 @@ world would be refused), so the aggregate takes them once. Per split it reports:
   that is to judge it);
 - across seeds: mean gap, exact rate and the paired difference with two-way (units x seeds,
   Owen's pigeonhole) bootstrap intervals, the probability of improvement (the share of seeds
-  with a lower mean gap than that policy) with its interval, and the spread between seeds.
+  with a lower mean gap than that policy) with its interval, and the spread between seeds;
+- `per_unit`: the arrays the two-way bootstrap resamples, so that any other estimator (IQM, a
+  performance profile) can be computed from the summary alone: `units` (each unit's id in the
+  corpus: a twin pair's `twin_id`, a singleton's task id, in the corpus's order), `episodes`
+  (each unit's graded episodes, the same for every seed and policy, else the aggregate is
+  refused), `mean_gap` and `exact` (per training seed, `"<seed>": [one value per unit]`: the
+  unit's episodes averaged) and `scripted` (`{policy: {"mean_gap": [...], "exact": [...]}}`).
+  A seed's mean gap is the average of its row weighted by `episodes` (a twin pair weighs twice
+  a singleton), not the plain average of the units.
 
 Money in dollars; intervals are 95 % percentile bootstraps (`eval/stats/bootstrap.py`). The summary and
 the report name the machines every seed trained on (`eval/sweeps/provenance.py`).
@@ -21,20 +29,22 @@ the report name the machines every seed trained on (`eval/sweeps/provenance.py`)
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from agents import PolicySpec, is_unprivileged_scripted
-from finality_gym import load_corpus
+from finality_gym import Corpus, load_corpus
 
 from eval.grading.runfolder import SUMMARY, read_rows
-from eval.reports.figures import pyplot, save_figure
+from eval.reports.figures import save_figure, subplots
 from eval.reports.format import interval, number
 from eval.stats.bootstrap import (
     REPLICATES,
     SeedUnitSums,
+    UnitSums,
     difference_interval,
     improvement_probability,
     percentile_interval,
@@ -114,7 +124,8 @@ def summarize_split(scripted: dict[str, list[dict]], learned: dict[int, list[dic
     """One split's tables, against the scripted policy `best` (chosen on `public`)."""
     seeds = sorted(learned)
     every = [r for rs in scripted.values() for r in rs] + [r for s in seeds for r in learned[s]]
-    frame = Units(load_corpus(split), every, replicates, BOOTSTRAP_SEED)
+    corpus = load_corpus(split)
+    frame = Units(corpus, every, replicates, BOOTSTRAP_SEED)
     counts = frame.counts
     seed_counts = seed_resample_counts(len(seeds), replicates, SEED_BOOTSTRAP_SEED)
     gaps = {p: frame.gap(rs) for p, rs in scripted.items()}
@@ -156,7 +167,52 @@ def summarize_split(scripted: dict[str, list[dict]], learned: dict[int, list[dic
             "spread": {"std": rounded(per_seed.std(ddof=1)) if len(seeds) > 1 else 0.0,
                        "min": rounded(per_seed.min()), "max": rounded(per_seed.max())},
         },
+        "per_unit": per_unit(
+            unit_ids(frame, corpus),
+            {str(s): (g, e) for s, g, e in zip(seeds, per_seed_gap, per_seed_exact)},
+            {p: (gaps[p], frame.exact(rs)) for p, rs in sorted(scripted.items())}, split),
     }
+
+
+def unit_ids(frame: Units, corpus: Corpus) -> list[str]:
+    """The corpus's id of each of `frame`'s units, in its order: a twin pair's `twin_id`, a
+    singleton's task id."""
+    ids = [""] * frame.n
+    for task_id, i in frame.unit_of.items():
+        task = corpus.task(task_id)
+        ids[i] = task.twin_id or task.task_id
+    return ids
+
+
+def per_unit(units: list[str], seeds: dict[str, tuple[UnitSums, UnitSums]],
+             scripted: dict[str, tuple[UnitSums, UnitSums]], split: str) -> dict:
+    """The summary's `per_unit` (module docstring) from each seed's and each scripted policy's
+    (mean gap, exact) per-unit sums. One `episodes` row holds for all only if every policy was
+    graded on the same episodes: anything else (a seed's episodes file cut short) is refused."""
+    named = {**{f"seed {s}": sums for s, sums in seeds.items()}, **scripted}
+    first, (reference, _) = next(iter(named.items()))
+    for name, (gap, _) in named.items():
+        if not np.array_equal(gap.den, reference.den):
+            raise ValueError(f"{name} was graded on other episodes than {first} on {split} "
+                             f"({int(gap.den.sum())} against {int(reference.den.sum())}): every "
+                             "seed and scripted policy of a sweep must share its episodes")
+
+    def means(sums: UnitSums) -> list[float]:
+        return [rounded(x) for x in sums.num / sums.den]
+
+    return {"units": units, "episodes": [int(x) for x in reference.den],
+            "mean_gap": {s: means(gap) for s, (gap, _) in seeds.items()},
+            "exact": {s: means(exact) for s, (_, exact) in seeds.items()},
+            "scripted": {p: {"mean_gap": means(gap), "exact": means(exact)}
+                         for p, (gap, exact) in scripted.items()}}
+
+
+def dumps(summary: dict) -> str:
+    """The summary as JSON, indented, with every list of plain values on one line: the
+    per-unit arrays (hundreds of units) stay one line each instead of one line a number."""
+    return re.sub(r"\[\n\s+([^\[\]{}]*?)\n\s+\]",
+                  lambda m: "[" + re.sub(r",\n\s+", ", ", m[1]) + "]",
+                  json.dumps(summary, indent=2)) + "\n"
 
 
 def run(out: Path, runs: dict[int, SeedRun], probe: str, algorithm: str = "PPO",
@@ -185,7 +241,7 @@ def run(out: Path, runs: dict[int, SeedRun], probe: str, algorithm: str = "PPO",
     for split in SPLITS:
         scripted, learned = loaded[split]
         summary["splits"][split] = summarize_split(scripted, learned, split, best, replicates)
-    (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    (out / SUMMARY).write_text(dumps(summary))
     (out / "report.md").write_text(report_markdown(summary, out.name))
     figure(summary, out / "seeds.png")
     print(seeds_table(summary["splits"]["regenerated"]), flush=True)
@@ -244,10 +300,9 @@ def report_markdown(summary: dict, name: str) -> str:
 
 def figure(summary: dict, path: Path) -> None:
     """Each seed's mean gap (with its interval) per split; the arm's scripted policies as lines."""
-    plt = pyplot()
     algorithm = summary.get("algorithm", "PPO")
     splits = summary["splits"]
-    fig, axes = plt.subplots(1, len(splits), figsize=(6.2 * len(splits) + 2, 4.2),
+    fig, axes = subplots(1, len(splits), figsize=(6.2 * len(splits) + 2, 4.2),
                              squeeze=False)
     names = sorted({p for split in splits.values() for p in split["scripted"]})
     colours = {p: f"C{i + 1}" for i, p in enumerate(names)}
