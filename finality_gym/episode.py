@@ -249,7 +249,7 @@ def compact_calls(history: list) -> list[list]:
     """An episode's calls as the grader records them: `[t, tool]`, or `[t, tool, value]` for
     the one argument of `wait` (ticks) and `retry_capture` (key). With the task, the seed, the
     probe arm, the fault profile and the costs they determine the whole episode (`replay`)."""
-    return [[t, tool, *args.values()] for t, tool, args, _ in history]
+    return [[t, tool, *args.values()] if args else [t, tool] for t, tool, args, _ in history]
 
 
 _ARGUMENT = {"wait": "ticks", "retry_capture": "key"}

@@ -60,8 +60,9 @@ def test_resume_after_a_killed_headline_run(tmp_path):
     keys = {(r["policy"], r["task_id"], r["seed"]) for r in rows}
     assert len(rows) == len(keys) == 9 * 321 * 3
     assert 0 < partial < len(rows)
-    fresh = grade(RunConfig(policies=("sop",), seeds=(0, 1, 2)), tmp_path / "fresh",
-                  workers=1, progress=False)
+    grade(RunConfig(policies=("sop",), seeds=(0, 1, 2)), tmp_path / "fresh", workers=1,
+          progress=False)
+    fresh = read_rows(tmp_path / "fresh" / "episodes.jsonl")  # whole, with their calls
     assert sorted(map(json.dumps, fresh)) == sorted(json.dumps(r) for r in rows
                                                     if r["policy"] == "sop")
 

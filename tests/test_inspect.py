@@ -43,9 +43,10 @@ def runs(tmp_path_factory):
     with ChatServer(policy="react", misbehave=misbehave_schedule(MISBEHAVE)) as server:
         config = ModelConfig(model="scripted-model", base_url=server.base_url,
                              api_key_env="TEST_KEY", timeout_s=30.0)
-        arm = model_arm.grade_model(config, RunConfig(("model:scripted-model",), seeds=(0,),
-                                                      tasks=cases),
-                                    base / "arm", concurrency=2, progress=False)
+        model_arm.grade_model(config, RunConfig(("model:scripted-model",), seeds=(0,),
+                                                tasks=cases),
+                              base / "arm", concurrency=2, progress=False)
+        arm = read_rows(base / "arm" / "episodes.jsonl")  # whole, with their calls
         os.environ["LOCAL_BASE_URL"], os.environ["LOCAL_API_KEY"] = server.base_url, "test-key"
         cwd = os.getcwd()
         os.chdir(ROOT)  # inspect resolves the task file relative to the working directory

@@ -41,10 +41,10 @@ OBS_DIM = 58  # Finality-v0's observation, checked against the env below
 
 def _rows(specs, out, probe="full") -> dict[str, dict[str, dict]]:
     """{spec: {task id: row without the policy's name}}, graded in this process."""
-    rows = grade(RunConfig(tuple(specs), seeds=(0,), tasks=TASKS, probe=probe), out, workers=1,
-                 progress=False)
+    grade(RunConfig(tuple(specs), seeds=(0,), tasks=TASKS, probe=probe), out, workers=1,
+          progress=False)
     graded: dict = {}
-    for row in rows:
+    for row in read_rows(out / "episodes.jsonl"):  # whole, with their calls
         graded.setdefault(row["policy"], {})[row["task_id"]] = {**row, "policy": ""}
     return graded
 
@@ -197,8 +197,9 @@ def test_a_float_mask_is_fed_and_the_masked_actions_are_never_taken(tmp_path):
                   [helper.make_node("Constant", [], ["scale"], value=scale),
                    helper.make_node("Mul", ["action_mask", "scale"], ["logits"])])
     for kind in ("onnx", "onnx-greedy"):
-        rows = grade(RunConfig((f"{kind}:{path}",), seeds=(0,), tasks=TASKS, probe="none"),
-                     tmp_path / kind, workers=1, progress=False)
+        grade(RunConfig((f"{kind}:{path}",), seeds=(0,), tasks=TASKS, probe="none"),
+              tmp_path / kind, workers=1, progress=False)
+        rows = read_rows(tmp_path / kind / "episodes.jsonl")
         tools = [call[1] for row in rows for call in row["calls"]]
         assert len(tools) > len(rows) and "probe_processor" not in tools, kind
 

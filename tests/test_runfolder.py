@@ -12,7 +12,7 @@ import pytest
 import finality_gym
 from agents import PolicySpec, make_policy, split_specs
 import eval.sweeps.aggregate as aggregate
-from eval.grading.grader import RunConfig, grade
+from eval.grading.grader import RunConfig, grade, without_calls
 from eval.grading.runfolder import OrderedAppender, keep_in_order, lock, read_rows, repair, seal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def test_readers_never_change_a_torn_file_and_the_writer_repairs_it(tmp_path):
     path = tmp_path / "episodes.jsonl"
     torn = path.read_bytes() + b'{"policy":"eag'
     path.write_bytes(torn)
-    assert read_rows(path) == rows
+    assert [without_calls(row) for row in read_rows(path)] == rows
     assert path.read_bytes() == torn  # the reader cut nothing off
     from eval.experiments.headline import recorded
     assert recorded(config, tmp_path, rows)[0] == rows  # the summary's reader neither: from
@@ -49,24 +49,24 @@ def test_repair_cuts_only_a_torn_tail(tmp_path):
 def test_the_appender_writes_in_job_order_and_skips_failed_jobs(tmp_path):
     path = tmp_path / "out.jsonl"
     appender = OrderedAppender(path)
-    assert appender.put(2, "c") == []
-    assert appender.put(1, None) == []
+    assert appender.extend(2, ["c"]) == []
+    assert appender.extend(1, [None]) == []
     assert path.read_text() == ""
-    assert appender.put(0, "a") == ["a", "c"]
+    assert appender.extend(0, ["a"]) == ["a", "c"]
     assert appender.extend(3, ["d", "e"]) == ["d", "e"]
     appender.close()
     assert path.read_text() == "a\nc\nd\ne\n"
 
 
 def test_keep_in_order_rewrites_only_a_file_out_of_job_order(tmp_path):
-    rows = [{"policy": p, "task_id": t, "seed": 0, "gap": 0, "position": 0}
+    rows = [{"policy": p, "task_id": t, "seed": 0, "gap": 0, "position": 0, "calls": [[120, p]]}
             for p, t in [("x", "other"), ("a", "t2"), ("a", "t1")]]
     path = tmp_path / "episodes.jsonl"
     path.write_text("".join(seal(r) + "\n" for r in rows))
     jobs = [("a", "t1", 0), ("a", "t2", 0)]
-    keep_in_order(path, read_rows(path), jobs)
-    assert [(r["policy"], r["task_id"]) for r in read_rows(path)] == [
-        ("x", "other"), ("a", "t1"), ("a", "t2")]
+    keep_in_order(path, [without_calls(r) for r in read_rows(path)], jobs)  # as grade has them
+    assert [(r["policy"], r["task_id"], r["calls"]) for r in read_rows(path)] == [
+        ("x", "other", [[120, "x"]]), ("a", "t1", [[120, "a"]]), ("a", "t2", [[120, "a"]])]
     before = path.stat().st_mtime_ns
     keep_in_order(path, read_rows(path), jobs)
     assert path.stat().st_mtime_ns == before

@@ -115,8 +115,9 @@ def test_resume_continues_a_moved_run_in_place_and_regrades_its_new_best_model(
     assert max(max(v) for v in _scalars(run).values()) >= 4096
     # The graded rows are those of the new best model, as a fresh grading of it gives them.
     assert (run / "best_model.zip").read_bytes() != old_model
-    fresh = grade(RunConfig((spec,), split="public", seeds=(0,)), tmp_path / "fresh",
-                  workers=1, progress=False)
+    grade(RunConfig((spec,), split="public", seeds=(0,)), tmp_path / "fresh", workers=1,
+          progress=False)
+    fresh = read_rows(tmp_path / "fresh" / "episodes.jsonl")  # whole, with their calls
     rows = _rows(read_rows(run / "eval_public" / "episodes.jsonl"), spec)
     assert rows == _rows(fresh, spec)
     assert rows != old_rows

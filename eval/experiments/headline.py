@@ -11,7 +11,7 @@ from agents.registry import HEADLINE
 from finality_gym import PROBE_ARMS, SPLITS
 from finality_gym.corpus import PRIVATE
 
-from eval.grading.grader import RunConfig, grade
+from eval.grading.grader import RunConfig, grade, without_calls
 from eval.grading.master_seed import master_seed, seed_options
 from eval.grading.options import run_experiment, run_options
 from eval.grading.runfolder import ROWS, SUMMARY, key, read_rows
@@ -31,7 +31,7 @@ def recorded(config: RunConfig, out: Path, graded: list[dict]) -> tuple[list[dic
         return sorted(graded, key=lambda row: rank[key(row)]), list(config.policies)
     jobs = set(config.cases())
     grouped: dict[str, list[dict]] = {}
-    for row in read_rows(out / ROWS):
+    for row in map(without_calls, read_rows(out / ROWS)):  # as `grade` gives them
         grouped.setdefault(row["policy"], []).append(row)
     complete = [p for p, rs in grouped.items() if {(r["task_id"], r["seed"]) for r in rs} == jobs
                 and len(rs) == len(jobs)]

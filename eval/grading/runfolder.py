@@ -131,14 +131,8 @@ def seal(row: dict) -> str:
     """A row as its JSONL line, with `check`: the first 16 hex digits of the SHA-256 of the
     row's canonical JSON. It catches a row edited by hand or written by something else; it is a
     checksum, not a signature (the code that computes it is public)."""
-    return json.dumps({**row, "check": _digest(row)}, separators=(",", ":"))
-
-
-def unseal(line: str) -> dict:
-    """A line this process sealed just now, as its row."""
-    row = json.loads(line)
-    del row["check"]
-    return row
+    line = json.dumps(row, separators=(",", ":"))  # `{...}`, and the check added as its last key:
+    return f'{line[:-1]},"check":"{_digest(row)}"}}'  # the JSON of {**row, "check": ...}
 
 
 _ROW_TYPES = {"policy": str, "task_id": str, "seed": int, "gap": int, "position": int}
@@ -208,10 +202,11 @@ def keep_in_order(path: Path, rows: list[dict], jobs: list) -> None:
     is the same however it got there; rows of other runs in the folder keep their place in
     front."""
     rank = {job: i for i, job in enumerate(jobs)}
-    ours = [r for r in rows if key(r) in rank]
-    ordered = sorted(ours, key=lambda r: rank[key(r)])
-    if ordered != ours:
-        others = [r for r in rows if key(r) not in rank]
+    ours = [key(r) for r in rows if key(r) in rank]
+    if ours != sorted(ours, key=rank.__getitem__):
+        whole = read_rows(path)  # `rows` may be `grade`'s, without their calls
+        others = [r for r in whole if key(r) not in rank]
+        ordered = sorted((r for r in whole if key(r) in rank), key=lambda r: rank[key(r)])
         write_atomic(path, "".join(seal(r) + "\n" for r in others + ordered))
 
 
@@ -225,9 +220,11 @@ class OrderedAppender:
         self.ready: dict[int, str | None] = {}
         self.next = 0
 
-    def put(self, index: int, line: str | None) -> list[str]:
-        """Job `index`'s line; returns the lines written now."""
-        self.ready[index] = line
+    def extend(self, start: int, lines: Iterable[str | None]) -> list[str]:
+        """Consecutive jobs' lines from `start` on (a chunk of work), written and flushed
+        together; returns the lines written now."""
+        for offset, line in enumerate(lines):
+            self.ready[start + offset] = line
         written = []
         while self.next in self.ready:
             line = self.ready.pop(self.next)
@@ -237,13 +234,6 @@ class OrderedAppender:
         if written:
             self.file.write("".join(line + "\n" for line in written))
             self.file.flush()
-        return written
-
-    def extend(self, start: int, lines: Iterable[str]) -> list[str]:
-        """Consecutive jobs' lines from `start` on (a chunk of work)."""
-        written = []
-        for offset, line in enumerate(lines):
-            written += self.put(start + offset, line)
         return written
 
     def close(self) -> None:
