@@ -383,7 +383,9 @@ def test_a_killed_sweep_takes_its_workers_with_it_and_a_rerun_resumes(tmp_path):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     for seed in ("0", "1"):
-        assert summary["training"][seed]["resumed_from"] in (1024, 2048)
+        # from a checkpoint, not from scratch: whichever the seed had reached when the sweep
+        # was killed (one seed may run well ahead of the other that the kill waits for)
+        assert summary["training"][seed]["resumed_from"] in (1024, 2048, 3072)
         assert summary["training"][seed]["timesteps"] == 4096
         steps = _validations(out / f"seed_{seed}")
         assert steps == sorted(set(steps)) and steps[:2] == [2, 1026] and steps[-1] == 4096
