@@ -72,7 +72,10 @@ def unpickled_model(path: Path, cls):
     """The model as SB3's own `load` makes it, running the archive's pickles; the spaces it
     unpickles are compared in full."""
     expected = finality_spaces()
-    try:  # trusted by the operator: only with allow_pickle (--trust-pickles, never private)
+    try:
+        # Unpickles: code in the file runs here. Trusted by the operator who asked for it: only
+        # `allow_pickle` reaches this (`--trust-pickles`, recorded in run.json and refused for
+        # the private split); every other load reads the archive as data (`read_data`).
         model = cls.load(path, device="cpu")
     except Exception as exc:  # a damaged archive fails in many ways deep inside SB3
         raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc!r}") from None

@@ -227,6 +227,8 @@ def train(config: TrainConfig, resume: bool = False, grading_workers: int = 2, l
     name = ALGOS[config.algo].name
     resumed_from = None
     if checkpoint is not None:
+        # Unpickles: trusted, a checkpoint this run's own training wrote into its folder (a
+        # resume), never a file a submitter hands the grader.
         model = ALGOS[config.algo].cls().load(checkpoint, env=envs, device="cpu",
                                        tensorboard_log=str(out / "tb"))
         resumed_from = model.num_timesteps
