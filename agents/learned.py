@@ -26,7 +26,9 @@ both specs: a Q-learner's policy is the argmax of its values (SB3's `predict(det
 adds epsilon-greedy exploration, a training device drawn from numpy's global generator rather
 than torch's, so it would be neither the learned policy nor reproducible) and ARS's Discrete
 policy is an argmax. RecurrentPPO keeps its LSTM state from step to step of an episode and starts
-every episode from a fresh state. MaskablePPO is given the env's action masks; the others may
+every episode from a fresh state. A model trained on a stack of the last N observations
+(Gymnasium's `FrameStackObservation`, `python -m train --frame-stack N`) is given the same
+stack, emptied at every episode's start. MaskablePPO is given the env's action masks; the others may
 choose a masked action, which the world refuses like any late `ship`.
 """
 
@@ -87,8 +89,8 @@ def load_sb3(path: str | Path, greedy: bool = False, kind: str = "ppo",
     (`sb3_archive.read_data` says why); what the zip's `data` JSON tells is checked before
     anything else is read, and the policy built is the one the algorithm it names saved."""
     path = Path(path)
-    data, algorithm = read_data(path, kind)
-    observation = finality_spaces()["observation"]
+    data, algorithm, stack = read_data(path, kind)
+    observation = finality_spaces(stack)["observation"]
     normalize = normalization(path, observation.shape)
     try:
         import torch
@@ -96,7 +98,8 @@ def load_sb3(path: str | Path, greedy: bool = False, kind: str = "ppo",
     except ImportError as exc:  # pragma: no cover - the train extra is missing
         raise ImportError("loading a model needs the 'train' extra: pip install -e .[train]") from exc
     torch.set_num_threads(1)  # one small forward pass per step: threads only add overhead
-    actor = unpickled_model(path, cls) if allow_pickle else built_policy(path, data, cls)
+    actor = (unpickled_model(path, cls, stack) if allow_pickle
+             else built_policy(path, data, cls, stack))
     # One greedy forward pass now (it draws no random number): torch initializes its kernels
     # on the first, and a policy loaded at import then forks its cases with them ready (11 ms
     # less a case here for an outside policy: `benchmarks/outside_policy.py`).
@@ -132,12 +135,15 @@ def _playing(actor, algorithm: Algorithm, name: str, greedy: bool,
         def act(obs: np.ndarray, mask: np.ndarray) -> int:
             return int(actor.predict(obs, deterministic=deterministic)[0])
         start = seed
-    if normalize is None:
-        return GymPolicy(name, act, start=start)
-
-    def act_normalized(obs: np.ndarray, mask: np.ndarray) -> int:
-        return act(normalize(obs), mask)
-    return GymPolicy(name, act_normalized, start=start)
+    if normalize is not None:
+        def act_normalized(obs: np.ndarray, mask: np.ndarray, act=act) -> int:
+            return act(normalize(obs), mask)
+        act = act_normalized
+    shape = actor.observation_space.shape
+    if len(shape) == 2:  # a frame-stacked model (`sb3_archive.stack_depth`)
+        frames = _Stacked(shape[0], act, start)
+        act, start = frames.predict, frames.start
+    return GymPolicy(name, act, start=start)
 
 
 def _trained_by(model) -> str:
@@ -149,6 +155,31 @@ def _trained_by(model) -> str:
             return cls.__name__
     raise ValueError(f"a {type(model).__name__} model is none of the algorithms sb3: grades "
                      f"({', '.join(ALGORITHMS)})")
+
+
+class _Stacked:
+    """The last `depth` observations of the episode, oldest first, as Gymnasium's
+    `FrameStackObservation` gives them to a model in training: at the episode's first step its
+    first observation fills every place ("reset" padding). Emptied at every episode's start, so
+    no observation of another episode is ever stacked."""
+
+    def __init__(self, depth: int, act: Predict, start: Callable[[int], object] | None):
+        self.depth = depth
+        self.act = act
+        self.then = start
+        self.frames: np.ndarray | None = None
+
+    def start(self, seed: int) -> None:
+        self.frames = None
+        if self.then is not None:
+            self.then(seed)
+
+    def predict(self, obs: np.ndarray, mask: np.ndarray) -> int:
+        if self.frames is None:
+            self.frames = np.repeat(obs[None], self.depth, axis=0)
+        else:
+            self.frames = np.concatenate((self.frames[1:], obs[None]))
+        return self.act(self.frames, mask)
 
 
 class _Recurrent:

@@ -25,21 +25,24 @@ from pathlib import Path
 
 import numpy as np
 from gymnasium.spaces import Discrete
+from gymnasium.wrappers import FrameStackObservation
 
 from finality_gym.encoder import DEFAULT_WAITS
 from finality_gym.env import FinalityEnv
 
 from .algorithms import ALGORITHMS, PPO_ALGORITHMS, Algorithm
 
+MAX_STACK = 64  # observations a frame-stacked model may stack (`stack_depth`)
 
-def read_data(path: Path, kind: str) -> tuple[dict, Algorithm]:
-    """The zip's `data` JSON and the algorithm that saved it, once checked to be a model of
-    Finality's observation and action spaces trained by an algorithm the spec `kind` grades
-    (`ppo`: PPO or MaskablePPO; `sb3`: any of `ALGORITHMS`): the adapter feeds it Finality's
-    observations and reads its actions through Finality's action table, so a model of another
-    env or `wait_ticks` would be graded as a policy it is not (or fail deep in a worker). The
-    algorithm is the one the archive names, never guessed from the file's name. Nothing but
-    `data` is read."""
+
+def read_data(path: Path, kind: str) -> tuple[dict, Algorithm, int]:
+    """The zip's `data` JSON, the algorithm that saved it and its observations' stack depth
+    (`stack_depth`), once checked to be a model of Finality's observation and action spaces
+    trained by an algorithm the spec `kind` grades (`ppo`: PPO or MaskablePPO; `sb3`: any of
+    `ALGORITHMS`): the adapter feeds it Finality's observations and reads its actions through
+    Finality's action table, so a model of another env or `wait_ticks` would be graded as a
+    policy it is not (or fail deep in a worker). The algorithm is the one the archive names,
+    never guessed from the file's name. Nothing but `data` is read."""
     if not path.is_file():
         raise FileNotFoundError(f"no model file at {path}")
     if not zipfile.is_zipfile(path):
@@ -50,6 +53,7 @@ def read_data(path: Path, kind: str) -> tuple[dict, Algorithm]:
         algorithm = _algorithm(data)
         saved = {"observation": _saved_space(data["observation_space"]),
                  "action": _saved_space(data["action_space"])}
+        stack = stack_depth(data["observation_space"])
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a stable-baselines3 model ({exc!r})") from None
     if kind == "ppo" and algorithm not in PPO_ALGORITHMS:
@@ -58,20 +62,29 @@ def read_data(path: Path, kind: str) -> tuple[dict, Algorithm]:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"{path} was trained by {algorithm}, not one sb3: grades "
                          f"({', '.join(ALGORITHMS)})")
-    expected = finality_spaces()
+    expected = finality_spaces(stack)
     for space, why in (("observation", ""), ("action", f" (wait_ticks {DEFAULT_WAITS})")):
         if saved[space] != _space_summary(expected[space]):
             raise ValueError(f"{path} was trained with {space} space {saved[space]}; Finality's "
                              f"is {_space_summary(expected[space])}{why}")
     if not _same_bounds(data["observation_space"], expected["observation"]):
         raise _other_bounds(path, "observation", expected)
-    return data, ALGORITHMS[algorithm]
+    return data, ALGORITHMS[algorithm], stack
 
 
-def unpickled_model(path: Path, cls):
+def stack_depth(entry: dict) -> int:
+    """How many of Finality's observations a model's observation stacks: N for a Box of shape
+    (N, 58), 2 <= N <= `MAX_STACK` (Gymnasium's `FrameStackObservation`, `--frame-stack N` of
+    `python -m train`), 1 otherwise (whatever the shape, checked against Finality's after)."""
+    shape = tuple(entry.get("_shape") or ())
+    width = finality_spaces()["observation"].shape[0]
+    return shape[0] if len(shape) == 2 and shape[1] == width and 2 <= shape[0] <= MAX_STACK else 1
+
+
+def unpickled_model(path: Path, cls, stack: int = 1):
     """The model as SB3's own `load` makes it, running the archive's pickles; the spaces it
     unpickles are compared in full."""
-    expected = finality_spaces()
+    expected = finality_spaces(stack)
     try:
         # Unpickles: code in the file runs here. Trusted by the operator who asked for it: only
         # `allow_pickle` reaches this (`--trust-pickles`, recorded in run.json and refused for
@@ -91,7 +104,7 @@ def _other_bounds(path: Path, space: str, expected: dict) -> ValueError:
                       f"{_space_summary(expected[space])}")
 
 
-def built_policy(path: Path, data: dict, cls):
+def built_policy(path: Path, data: dict, cls, stack: int = 1):
     """The archive's policy, built by the project: the algorithm's own policy class, on
     Finality's spaces, with the arguments `data` holds as JSON, and the weights of `policy.pth`
     loaded strictly (every tensor the policy has, no other), in evaluation mode. This is what
@@ -99,7 +112,7 @@ def built_policy(path: Path, data: dict, cls):
     arguments (the spaces checked equal, the optimizer's arguments aside) and loads the same
     state dict into it."""
     import torch
-    expected = finality_spaces()
+    expected = finality_spaces(stack)
     policy_class = _policy_class(path, data["policy_class"], cls)
     arguments = _policy_arguments(path, data.get("policy_kwargs") or {})
     schedule = (_no_learning,) if ALGORITHMS[cls.__name__].scheduled else ()
@@ -251,9 +264,12 @@ def _same_bounds(entry: dict, space) -> bool:
     return True
 
 
-@lru_cache(maxsize=1)
-def finality_spaces() -> dict:
+@lru_cache(maxsize=None)
+def finality_spaces(stack: int = 1) -> dict:
     """The observation and action spaces of `Finality-v0` with the default waits, the ones this
-    adapter encodes (every probe arm shares them)."""
+    adapter encodes (every probe arm shares them); with `stack` > 1 the observation space of
+    Gymnasium's `FrameStackObservation` of that depth over them."""
     env = FinalityEnv(wait_ticks=DEFAULT_WAITS)
+    if stack > 1:
+        env = FrameStackObservation(env, stack)
     return {"observation": env.observation_space, "action": env.action_space}

@@ -7,6 +7,7 @@ position = cash - cogs - liability - dispute - escalation.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import Iterable
 
 
@@ -94,7 +95,10 @@ def outcome_of(log: Iterable, order_value: int) -> Outcome:
     return Outcome(order_value, cash, goods_left, escalated)
 
 
+@lru_cache(maxsize=1 << 12)
 def price(outcome: Outcome, costs: Costs = DEFAULT_COSTS) -> Position:
+    """The position of an outcome under `costs`. Cached (a Position is immutable): an episode's
+    end prices one, and the outcomes of a corpus are a few hundred."""
     cogs = costs.cogs(outcome.order_value) if outcome.goods_left else 0
     liability = max(0, outcome.cash - (outcome.order_value if outcome.goods_left else 0))
     dispute = costs.dispute_fee if liability > 0 else 0

@@ -62,6 +62,12 @@ _PROBE_NEWEST = _I["probe_newest_none"]
 _RETRIES_ORIGINAL = _I["retries_original"]
 _RETRIES_FRESH = _I["retries_fresh"]
 _REFUSED = _I["last_call_refused"]
+# The clock's four fields, by time (and calls used), computed once: the same values as the
+# formulas in `FinalityEnv`'s table, looked up at every step instead of computed.
+_ELAPSED = tuple((now - HANDOVER_AT) / (HORIZON - HANDOVER_AT) for now in range(HORIZON + 1))
+_TO_DEADLINE = tuple(max(0, SHIP_BY - now) / (SHIP_BY - HANDOVER_AT) for now in range(HORIZON + 1))
+_CALLS_LEFT = tuple((CALL_BUDGET - used) / CALL_BUDGET for used in range(CALL_BUDGET + 1))
+_AGE = tuple(min(age, HORIZON) / HORIZON for age in range(HORIZON + 1))
 _START = np.zeros(len(OBS_FIELDS), dtype=np.float32)  # nothing read, no probe answer yet
 _START[list(_AGE_SLOTS)] = 1.0
 _START[[_PROBE_ORIGINAL, _PROBE_NEWEST]] = 1.0
@@ -78,14 +84,17 @@ def action_table(wait_ticks: tuple[int, ...] = DEFAULT_WAITS) -> tuple[tuple[str
 class ObservationEncoder:
     """Keeps the observation of one episode up to date, one tool result at a time."""
 
-    __slots__ = ("actions", "ship", "retry", "obs", "order_value", "_last_read", "_all_allowed")
+    __slots__ = ("actions", "ship", "retry", "obs", "order_value", "_last_read", "_masks")
 
     def __init__(self, wait_ticks: tuple[int, ...] = DEFAULT_WAITS):
         self.actions = action_table(wait_ticks)
         self.ship = len(self.actions) - 5
         self.retry = self.ship - 2
         self.obs = np.zeros(len(OBS_FIELDS), dtype=np.float32)
-        self._all_allowed = np.ones(len(self.actions), dtype=bool)
+        masks = np.ones((2, 2, len(self.actions)), dtype=bool)  # [ship refused][probe refused]
+        masks[1, :, self.ship] = False
+        masks[:, 1, 4] = False
+        self._masks = tuple(tuple(row) for row in masks)
         self.order_value = 1
         self._last_read: dict[int, int] = {}  # age slot -> time of the last read (or probe)
 
@@ -121,21 +130,18 @@ class ObservationEncoder:
         return obs
 
     def masks(self, now: int, probe: str, probes_answered: int) -> np.ndarray:
-        """`ship` after the ship-by deadline; the probe where the arm refuses it."""
-        mask = self._all_allowed.copy()  # a copy: 4 times faster than a new np.ones
-        if now > SHIP_BY:
-            mask[self.ship] = False
-        if probe == "none" or (probe == "rate_limited" and probes_answered >= 2):
-            mask[4] = False
-        return mask
+        """`ship` after the ship-by deadline; the probe where the arm refuses it. A copy of
+        one of four masks made once (4 times faster than a new array)."""
+        return self._masks[now > SHIP_BY][probe == "none" or (
+            probe == "rate_limited" and probes_answered >= 2)].copy()
 
     def _clock(self, now: int, calls_used: int) -> None:
         obs = self.obs
-        obs[0] = (now - HANDOVER_AT) / (HORIZON - HANDOVER_AT)
-        obs[1] = max(0, SHIP_BY - now) / (SHIP_BY - HANDOVER_AT)
-        obs[2] = (CALL_BUDGET - calls_used) / CALL_BUDGET
+        obs[0] = _ELAPSED[now]
+        obs[1] = _TO_DEADLINE[now]
+        obs[2] = _CALLS_LEFT[calls_used]
         for slot, last in self._last_read.items():
-            obs[slot] = min(now - last, HORIZON) / HORIZON
+            obs[slot] = _AGE[now - last]
 
 
 def _decode_processor(obs: np.ndarray, result: dict, ov: int) -> None:

@@ -15,9 +15,17 @@ from .encoder import DEFAULT_WAITS, OBS_FIELDS, ObservationEncoder
 from .episode import PROBE_ARMS, Episode, InvalidCall
 from .faults import FAMILIES, FaultProfile
 from .registration import ENV_IDS
-from .tasks import ARCHETYPES, HANDOVER_AT, SHIP_BY
+from .tasks import ARCHETYPES, HANDOVER_AT, HORIZON, ORDER_VALUES, SHIP_BY
 
 INFO_MODES = ("numeric", "full")  # the `info` argument: the Info section of FinalityEnv
+RESET_OPTIONS = {"task_id", "fault_seed"}
+# The info's numbers as numpy int64 scalars, made once: every clock time and call count an info
+# can show (numpy's scalars are immutable, so one object can stand in every info that shows it;
+# making one costs ten times as much as a list lookup).
+_INT64 = tuple(np.int64(n) for n in range(HORIZON + 1))
+_ORDER_VALUES = {value: np.int64(value) for value in ORDER_VALUES}
+# copied for each info's flags: a copy costs a third of np.array(False)
+_FALSE, _TRUE = np.array(False), np.array(True)
 
 
 def _record_gap(episode: Episode) -> int:
@@ -271,33 +279,40 @@ class FinalityEnv(gym.Env):
         self._tasks = tuple(t for t in corpus.tasks if t.archetype in self.archetypes)
         self._encoder = ObservationEncoder(wait_ticks)
         self._actions = self._encoder.actions
-        self.action_space = spaces.Discrete(len(self._actions))
+        self._n_actions = len(self._actions)
+        self.action_space = spaces.Discrete(self._n_actions)
         low = np.array([f[1] for f in OBS_FIELDS], dtype=np.float32)
         high = np.array([f[2] for f in OBS_FIELDS], dtype=np.float32)
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
         self.episode: Episode | None = None
+        self._order_value = np.int64(0)  # the episode's, as its info shows it
 
     # ----------------------------------------------------------------- Gymnasium API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        unknown = set(options) - {"task_id", "fault_seed"}
-        if unknown:
-            raise ValueError(f"options: unknown keys {sorted(unknown)}; valid: task_id, fault_seed")
-        # One draw gives both the task and the fault seed (a numpy call costs 3 us).
+        task = fault_seed = None
+        if options:  # checked before the draw, so a refused reset leaves the generator as it was
+            unknown = set(options) - RESET_OPTIONS
+            if unknown:
+                raise ValueError(f"options: unknown keys {sorted(unknown)}; valid: task_id, "
+                                 "fault_seed")
+            if "task_id" in options:
+                task = self._corpus.task(options["task_id"])
+            if "fault_seed" in options:
+                fault_seed = options["fault_seed"]
+                if type(fault_seed) is not int or fault_seed < 0:
+                    raise ValueError(f"options: fault_seed must be a non-negative int; got "
+                                     f"{fault_seed!r}")
+        # One draw gives both the task and the fault seed (a numpy call costs 3 us); it is made
+        # whatever the options say, so that they change no later episode.
         draw = int(self.np_random.integers(len(self._tasks) << 31))
-        if "task_id" in options:
-            task = self._corpus.task(options["task_id"])
-        else:
+        if task is None:
             task = self._tasks[draw >> 31]
-        if "fault_seed" in options:
-            fault_seed = options["fault_seed"]
-            if type(fault_seed) is not int or fault_seed < 0:
-                raise ValueError(f"options: fault_seed must be a non-negative int; got {fault_seed!r}")
-        else:
+        if fault_seed is None:
             fault_seed = draw & (2**31 - 1)
         self.episode = Episode(task, seed=fault_seed, faults=self.faults, probe=self.probe,
                                costs=self.costs)
+        self._order_value = _ORDER_VALUES.get(task.order_value) or np.int64(task.order_value)
         return self._encoder.reset(task.order_value).copy(), self._make_info(None, None)
 
     def step(self, action):
@@ -309,7 +324,7 @@ class FinalityEnv(gym.Env):
                 raise ValueError(f"invalid action {action!r}; valid: integers "
                                  f"0..{len(self._actions) - 1}")
             action = int(action)
-        if not 0 <= action < len(self._actions):
+        if not 0 <= action < self._n_actions:
             raise ValueError(f"invalid action {action}; valid: integers 0..{len(self._actions) - 1}")
         tool, args = self._actions[action]
         result = episode.call(tool, **args)
@@ -321,16 +336,18 @@ class FinalityEnv(gym.Env):
         return obs, 0.0, False, False, self._make_info(result, None)
 
     def _info(self, result: dict | None, gap: int | None) -> dict:
-        """The Info section's keys (`gap` None before the end), new objects every call (a
-        toolkit may keep or change them). The four numbers are read out of one array, numpy's
-        cheapest way to make its scalars (a tenth of `np.int64(x)`)."""
+        """The Info section's keys (`gap` None before the end): its arrays new every call (a
+        toolkit may keep or change them), its numbers numpy's immutable scalars."""
         episode = self.episode
-        numbers = np.array((episode.now, episode.calls_used, episode.task.order_value, gap or 0),
-                           dtype=np.int64)
-        return {"action_mask": self.action_masks(), "t": numbers[0],
-                "calls_used": numbers[1], "order_value": numbers[2],
-                "ended": np.array(gap is not None), "gap": numbers[3],
-                "exact": np.array(gap == 0)}
+        if gap is None:
+            ended, exact, gap_cents = _FALSE.copy(), _FALSE.copy(), _INT64[0]
+        else:
+            ended, exact, gap_cents = _TRUE.copy(), np.array(gap == 0), np.int64(gap)
+        return {"action_mask": self._encoder.masks(episode.now, self.probe,
+                                                   episode.probes_answered),
+                "t": _INT64[episode.now],
+                "calls_used": _INT64[episode.calls_used], "order_value": self._order_value,
+                "ended": ended, "gap": gap_cents, "exact": exact}
 
     def _full_info(self, result: dict | None, gap: int | None) -> dict:
         """`_info` with the tool's `result` and, at the end, the `record` (`info="full"`)."""

@@ -29,6 +29,7 @@ from .world import DISPOSITIONS, World
 
 READS = ("read_processor", "read_ledger", "read_erp", "read_bank")
 TOOLS = READS + ("probe_processor", "wait", "retry_capture") + DISPOSITIONS
+_TOOL_NAMES = frozenset(TOOLS)  # for `check_call` at every call: a set finds a name at once
 RETRY_KEYS = ("original", "fresh")
 PROBE_ARMS = ("full", "none", "delayed", "rate_limited", "identity")
 PROBE_DELAY = 120
@@ -174,7 +175,7 @@ class Episode:
         result["t"] = t
         self.calls_used += 1
         self.history.append((t, tool, args, result))
-        self.now = min(t + ticks, HORIZON)
+        self.now = t + ticks if t + ticks < HORIZON else HORIZON
         if not self.done and (self.calls_used >= CALL_BUDGET or self.now >= HORIZON):
             self._end("close", self.now, lapsed=True)
         return result
@@ -297,7 +298,7 @@ def check_call(tool: str, args: dict) -> int:
         if args["key"] not in RETRY_KEYS:
             raise InvalidCall(f"retry_capture: key must be one of {RETRY_KEYS}, got {args['key']!r}")
         return 1
-    if tool not in TOOLS:
+    if tool not in _TOOL_NAMES:
         raise InvalidCall(f"unknown tool {tool!r}; valid tools: {', '.join(TOOLS)}")
     if args:
         raise InvalidCall(f"{tool} takes no arguments, got {sorted(args)}")

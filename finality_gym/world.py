@@ -18,6 +18,7 @@ Choices where the rules are silent:
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 from .tasks import (AUTHORIZED_AT, CAPTURE_SUBMITTED_AT, ESCALATION_DELAY, HORIZON,
@@ -42,6 +43,9 @@ class Event(NamedTuple):
     amount: int
     attrs: dict | None
     ident: int  # (phase, op, attempt) packed: the delivery identity used by the fault draws
+
+
+_new_event = tuple.__new__
 
 
 class Attempt:
@@ -70,6 +74,17 @@ class Attempt:
         return self.determined_at > t and self.voided_at is None
 
 
+@lru_cache(maxsize=None)
+def _opening(order_value: int) -> tuple[Event, ...]:
+    """The log's first three events, the same in every world of an order value: made once each
+    (events are immutable, and nothing writes to an event's `attrs`), as a world is made at every
+    episode's start."""
+    return (Event(0, ORDER_PLACED_AT, "order_placed", None, order_value, None, 0),
+            Event(1, AUTHORIZED_AT, "authorized", None, order_value, None, 1 << 16),
+            Event(2, CAPTURE_SUBMITTED_AT, "capture_submitted", "cap1", order_value,
+                  {"attempt": 1}, (2 << 16) | (1 << 8) | 1))
+
+
 def attempt_outcome(fate: str, op: int, n: int) -> str:
     """docs/world.md section 2: the card fate decides every attempt."""
     if fate == "settle":
@@ -87,13 +102,7 @@ class World:
         self.task = task
         self.attempts = [Attempt(1, 1, CAPTURE_SUBMITTED_AT, task.t_det,
                                  attempt_outcome(task.fate, 1, 1))]
-        ov = task.order_value
-        self.log = [
-            Event(0, ORDER_PLACED_AT, "order_placed", None, ov, None, 0),
-            Event(1, AUTHORIZED_AT, "authorized", None, ov, None, 1 << 16),
-            Event(2, CAPTURE_SUBMITTED_AT, "capture_submitted", "cap1", ov, {"attempt": 1},
-                  (2 << 16) | (1 << 8) | 1),
-        ]
+        self.log = list(_opening(task.order_value))
         self.clock = CAPTURE_SUBMITTED_AT
         self.specialist_at: int | None = None
         self._specialist_done = False
@@ -102,8 +111,9 @@ class World:
 
     # ----------------------------------------------------------------- the log
     def _append(self, t: int, kind: str, op: int, n: int, amount: int, attrs: dict | None) -> None:
-        self.log.append(Event(len(self.log), t, kind, f"cap{op}" if op else None, amount, attrs,
-                              (_PHASE[kind] << 16) | (op << 8) | n))
+        # tuple.__new__: the Event itself, without NamedTuple's Python-level constructor
+        self.log.append(_new_event(Event, (len(self.log), t, kind, f"cap{op}" if op else None,
+                                           amount, attrs, (_PHASE[kind] << 16) | (op << 8) | n)))
 
     def advance(self, now: int) -> None:
         """Append every scheduled world event with time <= now, in time order."""

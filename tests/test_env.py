@@ -311,6 +311,14 @@ def test_invalid_actions_and_options_raise_and_change_nothing():
         env.reset(options={"task_id": "nope"})
     with pytest.raises(ValueError, match="fault_seed must be a non-negative int"):
         env.reset(options={"fault_seed": -2})
+    # a refused reset draws nothing: the next episodes are those of a generator left alone
+    def next_cases() -> list:
+        return [(env.reset()[1]["order_value"], env.episode.task.task_id, env.episode.seed)
+                for _ in range(5)]
+    after_refusals = next_cases()
+    env.reset(seed=0)
+    env.step(np.int64(15))
+    assert after_refusals == next_cases()
 
 
 def test_archetype_subset_and_custom_waits():

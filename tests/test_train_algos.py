@@ -174,7 +174,7 @@ def test_every_option_of_the_recipe_is_on_the_command_line_with_its_help(command
         train_cli([command, "--help"])
     text = "".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
     options = [f for f in dataclasses.fields(TrainConfig) if "help" in f.metadata]
-    assert len(options) == 22
+    assert len(options) == 23
     for field in options:
         assert "--" + field.name.replace("_", "-") in text, field.name
         if field.name != "timesteps":  # each command says its own
@@ -182,7 +182,8 @@ def test_every_option_of_the_recipe_is_on_the_command_line_with_its_help(command
     for expected in ("--n-envsN_ENVStrainingenvssteppedtogether(default8)",
                      "replaybuffer,intransitions(dqnonly,default100000)",
                      "(default0.0003forppo,maskable_ppo,recurrent_ppo;0.0007fora2c;0.0001fordqn)",
-                     "--algo{ppo,maskable_ppo,recurrent_ppo,a2c,dqn}"):
+                     "--algo{ppo,maskable_ppo,recurrent_ppo,a2c,dqn}",
+                     "--frame-stackFRAME_STACKthepolicyseesthelastNobservations"):
         assert expected in text
     assert "--gamma" not in text and "--clip-range" not in text
 

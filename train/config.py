@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import finality_gym
 from agents.algorithms import ALGORITHMS
+from agents.sb3_archive import MAX_STACK
 
 _TRAINED = [algorithm for algorithm in ALGORITHMS.values() if algorithm.trained]
 # PPO, the default, and the two that share its recipe.
@@ -55,6 +56,8 @@ class TrainConfig:
     timesteps: int = option_field(1_500_000, "training steps")  # each command says its own
     seed: int = 0
     n_envs: int = option_field(8, "training envs stepped together")
+    frame_stack: int = option_field(1, "the policy sees the last N observations, stacked by "
+                                       "Gymnasium's FrameStackObservation (1: the newest alone)")
     masked: bool = option_field(False, "MaskablePPO with the env's masks: --algo maskable_ppo "
                                        "for short")
     algo: str | None = option_field(None, "the algorithm (default ppo; maskable_ppo with "
@@ -124,9 +127,11 @@ class TrainConfig:
         for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs",
                      "lstm_hidden_size", "buffer_size", "train_freq", "target_update_interval",
                      "eval_every", "validation_stride", "checkpoint_every", "final_seeds",
-                     "torch_threads"):
+                     "torch_threads", "frame_stack"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.frame_stack > MAX_STACK:
+            raise ValueError(f"frame_stack must be <= {MAX_STACK}, got {self.frame_stack}")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must lie in 0..2**32-1, got {self.seed}")
         # SB3 and torch refuse these only once the run folder is written, some with a traceback

@@ -84,7 +84,11 @@ def export(source: Path, out: Path) -> Exported:
     path, out = model_file(Path(source)), Path(out)
     if not out.parent.is_dir():
         raise FileNotFoundError(f"no folder {out.parent} to write {out.name} in")
-    data, algorithm = read_data(path, "sb3")
+    data, algorithm, stack = read_data(path, "sb3")
+    if stack > 1:
+        raise ValueError(f"{path} stacks {stack} observations (--frame-stack): the onnx: "
+                         "contract takes one observation a step; grade the model itself with "
+                         "sb3:PATH")
     if normalization_file(path) is not None:
         raise ValueError(f"{path} has an observation normalization saved with it "
                          f"({normalization_file(path)}): export does not bake VecNormalize into "

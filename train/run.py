@@ -37,6 +37,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.wrappers import FrameStackObservation
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -52,6 +53,7 @@ from eval.reports.figures import save_figure, subplots
 from eval.grading.runfolder import prepare, save_atomic, write_atomic
 
 from .config import ALGOS, POLICY_HYPERPARAMETERS, TrainConfig
+from .recurrent import fast_updates
 
 VALIDATION_SEED = 100
 
@@ -153,8 +155,12 @@ class RelativeGap(gym.Wrapper):
 
 
 def make_envs(config: TrainConfig):
-    return make_vec_env(lambda: RelativeGap(gym.make(config.env, split="public")),
-                        n_envs=config.n_envs, seed=config.seed, vec_env_cls=DummyVecEnv)
+    def one() -> gym.Env:
+        env = gym.make(config.env, split="public")
+        if config.frame_stack > 1:
+            env = FrameStackObservation(env, config.frame_stack)
+        return RelativeGap(env)
+    return make_vec_env(one, n_envs=config.n_envs, seed=config.seed, vec_env_cls=DummyVecEnv)
 
 
 def new_model(config: TrainConfig, envs, tensorboard_log: str | None = None):
@@ -163,6 +169,8 @@ def new_model(config: TrainConfig, envs, tensorboard_log: str | None = None):
     own = config.hyperparameters
     policy = {name: own.pop(name) for name in POLICY_HYPERPARAMETERS if name in own}
     algorithm = ALGOS[config.algo]
+    if algorithm.recurrent:
+        fast_updates()  # the LSTM over each sequence at once: train/recurrent.py
     return algorithm.cls()(algorithm.policy, envs, gamma=config.gamma, seed=config.seed,
                            device="cpu", tensorboard_log=tensorboard_log,
                            policy_kwargs={"net_arch": list(config.net_arch), **policy}, **own)
