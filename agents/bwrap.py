@@ -111,6 +111,13 @@ def shown_for(target: str, source: Path) -> tuple[dict[str, str], str, str, list
     entry = source.parents[depth - 1]
     if entry == ROOT and parts[0] in ("agents", "finality_gym"):
         return {}, target, str(source), [], None
+    if parts[0] in ("agents", "finality_gym", *sys.stdlib_module_names) or parts[0] in sys.modules:
+        # Shown first on the import path, such a package would stand in for the module the
+        # host imports under that name: the host that relays and isolates the cases would run
+        # the policy's code.
+        raise ValueError(f"{target}: a policy's package may not be named {parts[0]!r}, the "
+                         "name of the sandbox's own code, of the standard library or of a "
+                         "module the grader imports")
     top = entry / parts[0]
     top = top if top.is_dir() else top.with_suffix(".py")
     inside = f"{SUBMISSION}/{source.relative_to(entry)}"

@@ -50,6 +50,12 @@ COMMANDS = {
              "every graded episode of results folders, as a static site (or --serve it)"),
     "import-inspect": ("eval.models.import_inspect",
                        "an inspect_ai log of eval/inspect_task.py as a model-arm results folder"),
+    "submit": ("eval.board.submit",
+               "a policy as a submission bundle for a leaderboard (one file, hashed)"),
+    "verify": ("eval.board.verify",
+               "bundles graded again on the private split (and the public), into a board"),
+    "leaderboard": ("eval.board.page",
+                    "a board as a ranked page with paired comparisons, ready to publish"),
     "keygen": ("eval.grading.master_seed",
                "a private split's master seed (128 random bits) into a new file of mode 0600"),
 }

@@ -25,6 +25,7 @@ ROOMS = {
     "sweeps": {"grading", "stats", "reports"},
     "models": {"grading", "stats", "reports"},
     "site": {"grading", "stats", "reports"},
+    "board": {"grading", "stats", "reports", "models", "sweeps", "site"},
 }
 EVAL_TOP = {"__init__.py", "__main__.py", "inspect_task.py"}
 MAX_LINES, MAX_FUNCTION = 500, 80

@@ -58,6 +58,10 @@ class RunConfig:
     # grader): only with --trust-pickles, never on the private split. By default they load as
     # data (agents/sb3_archive.py).
     trust_pickles: bool = False
+    # The name each policy's rows carry (`policy`), in the order of `policies`; None: its spec.
+    # A verified bundle's rows name the spec as the bundle does (`my_policy.py:Agent`), while
+    # the grader loads it from where the board extracted it (an absolute path).
+    names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.split == PRIVATE) != (self.master_seed is not None):
@@ -74,6 +78,9 @@ class RunConfig:
             raise ValueError("policies: name at least one policy")
         if len(set(self.policies)) != len(self.policies):
             raise ValueError(f"policies: duplicates in {self.policies}")
+        if self.names is not None and (len(self.names) != len(self.policies) or len(
+                set(self.names)) != len(self.names) or not all(self.names)):
+            raise ValueError(f"names: one distinct name per policy, got {self.names}")
         if not self.seeds or any(type(s) is not int or s < 0 for s in self.seeds):
             raise ValueError(f"seeds: must be non-negative ints, got {self.seeds}")
         if len(self.seeds) > MAX_SEEDS:
@@ -110,6 +117,14 @@ class RunConfig:
     def jobs(self) -> list[tuple[str, str, int]]:
         cases = self.cases()
         return [(p, t, s) for p in self.policies for t, s in cases]
+
+    def name(self, spec: str) -> str:
+        """The name the rows of a policy of this run carry."""
+        return spec if self.names is None else self.names[self.policies.index(spec)]
+
+    def named(self, job: tuple[str, str, int]) -> tuple[str, str, int]:
+        """A job as its row's key (`runfolder.key`)."""
+        return (self.name(job[0]), *job[1:]) if self.names is not None else job
 
 
 def input_identity(spec: str) -> str | None:
@@ -222,7 +237,7 @@ def _run_chunk(args: tuple) -> tuple[list[str], list[dict], str | None]:
                     raise PolicyLoadError(f"{spec} could not be loaded: its file changed after "
                                           "the run pinned its hash")
                 _POLICIES[cached] = policy
-            row = grade_row(policy, spec, corpus.task(task_id), seed, config)
+            row = grade_row(policy, config.name(spec), corpus.task(task_id), seed, config)
         except PolicyLoadError as exc:  # the code, not a case: no task to name
             error = str(exc)
             break
@@ -288,8 +303,8 @@ def _in_threads(config: RunConfig, todo: list, threads: Threads
 
     def episode(index: int) -> tuple[str, dict]:
         spec, task_id, seed = todo[index]
-        row = grade_row(threads.policy(spec, task_id, seed), spec, corpus.task(task_id), seed,
-                        config)
+        row = grade_row(threads.policy(spec, task_id, seed), config.name(spec),
+                        corpus.task(task_id), seed, config)
         return seal(row), without_calls(row)
 
     pending: dict = {}
@@ -364,7 +379,7 @@ def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, de
     runfolder.repair(path)
     rows = [without_calls(row) for row in read_rows(path)]
     done = {key(row) for row in rows}
-    todo = [job for job in config.jobs() if job not in done]
+    todo = [job for job in config.jobs() if config.named(job) not in done]
     error = None
     failed: list[dict] = []
     if todo:
@@ -403,7 +418,7 @@ def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, de
         incomplete.unlink()
     if error is not None:
         raise PolicyError(f"{error} (the {len(rows)} episodes recorded in {path} stay valid)")
-    wanted = config.jobs()
+    wanted = [config.named(job) for job in config.jobs()]
     runfolder.keep_in_order(path, rows, wanted)
     wanted_set = set(wanted)
     rows = [row for row in rows if key(row) in wanted_set]

@@ -38,7 +38,7 @@ from agents.model import (
     prompt_hash,
 )
 from agents.registry import GATE, HEADLINE
-from finality_gym import load_corpus
+from finality_gym import Corpus, load_corpus
 from finality_gym.tools import tools_hash
 
 from eval.grading.grader import MAX_WORKERS, RunConfig, Threads, grade
@@ -60,11 +60,12 @@ def _spread(items: list, k: int) -> list:
     return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
 
 
-def stratified_subset(split: str) -> tuple[str, ...]:
+def stratified_subset(split: str | Corpus) -> tuple[str, ...]:
     """The model arm's tasks: for every archetype 4 singletons, plus 4 pending twin pairs and 2
     unresolvable twin pairs, whole; each group's members evenly spaced in corpus order. 48 tasks
-    (42 independent units) on either split: small enough for a free quota."""
-    corpus = load_corpus(split)
+    (42 independent units) on either split (or a private corpus, which `eval verify` passes
+    itself): small enough for a free quota."""
+    corpus = load_corpus(split) if isinstance(split, str) else split
     singles: dict[str, list] = {}
     pairs: dict[str, list] = {}
     for unit in corpus.units:

@@ -13,5 +13,6 @@ pages' one script and style sheet, `app.js` and `style.css`.
 May import: finality_gym, agents, eval.grading, eval.stats, and eval.reports for its figures
 (the timeline picture's PNG and the models' cost figure). Nothing else of eval: a site shows
 the results folders the other commands wrote and runs none of them, and no other room of eval
-imports it (only `eval/__main__.py`).
+imports it but the leaderboard's (`eval/board/page.py` builds the site of its entries'
+public-split runs), and `eval/__main__.py`.
 """

@@ -1,0 +1,275 @@
+"""`python -m eval verify BUNDLE... --master-seed-file F --out BOARD`: every bundle graded again by
+this grader, on the private split (and the public one), into one board.
+
+    BOARD/entries/NAME/entry.json     what the entry is and how it was graded (below)
+    BOARD/entries/NAME/policy/        the bundle's files, as graded
+    BOARD/private/NAME/               its private-split run folder (the operator's eyes only)
+    BOARD/public/NAME/                its public-split run folder (the site links into it)
+
+Every bundle is read and checked whole, and loaded in the safe form, before anything is written:
+a tampered, unsafe or unloadable bundle is refused with its reason and the board is left as it
+was. Then each entry is graded through the shared grader (outside code in the sandbox, a saved
+model as data, a model entry through the operator's `--base-url`), resumable: a re-run grades
+only what a killed run left missing. An entry verified or failed is final (a re-run leaves it
+alone: a policy that failed on purpose does not get its case again; an operator who wants a
+failed entry graded anew removes its `entries/NAME`, `private/NAME` and `public/NAME`). A
+bundle under a name the board holds for another bundle, or for an entry begun under another
+grader version, master seed or protocol, is refused.
+
+`entry.json` holds `status` (`verified`; `failed`: the policy failed, `reason` in its own
+words for the operator, `public_reason` for the page: a failure to load in its words, a failure
+in a case without them (a policy's words could carry the case);
+`incomplete`: the endpoint failed, which is not the entry's failure: re-run), the bundle's
+SHA-256, `protocol` (seeds, subset, probe arm, tasks), `private` (the split's fingerprint, never
+its seed), `public` (its figures with intervals, and `claim_outside`: the author's claimed
+figures that fall outside their interval), `grader` (`provenance.grader_version`), `form` and, for
+outside code, `sandbox` (the layers the sandbox's self-test proved), for a model entry
+`served_as` (the names its endpoint answered under), and `machine`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from agents import PolicyError, is_unprivileged_scripted
+from agents.external import PolicyLoadError
+from finality_gym import load_corpus
+from finality_gym.corpus import PRIVATE, private_corpus
+
+import eval.grading.runfolder as runfolder
+from eval.board.bundle import Bundle, read_bundle
+from eval.board.loading import check_loads, located, model_config
+from eval.board.provenance import FORMS, grader_version
+from eval.grading.grader import Incomplete, RunConfig, grade
+from eval.grading.master_seed import master_seed, seed_options
+from eval.models.arm import grade_model, read_transcript, stratified_subset
+from eval.stats.summary import summarize
+from eval.sweeps.provenance import machine
+
+ENTRIES = "entries"
+ENTRY = "entry.json"
+SUBSETS = ("all", "stratified")
+
+
+def _entry(board: Path, name: str) -> Path:
+    return board / ENTRIES / name
+
+
+def run_folder(board: Path, split: str, name: str) -> Path:
+    """An entry's run folder of one split (`private` or `public`)."""
+    return board / split / name
+
+
+def _recorded(board: Path, name: str) -> dict | None:
+    path = _entry(board, name) / ENTRY
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def check_all(paths: list[Path], board: Path, grader: dict, base_url: str | None,
+              settings: dict) -> list[Bundle]:
+    """Every bundle read, checked and loaded, and each fit for the board (`settings`: the
+    protocol and the private split's fingerprint an entry already there must share), before
+    anything is written."""
+    bundles = [read_bundle(p) for p in paths]
+    names = [b.name for b in bundles]
+    if len(set(names)) != len(names):
+        twice = sorted(n for n in names if names.count(n) > 1)[0]
+        raise ValueError(f"two bundles are named {twice!r}")
+    for bundle in bundles:
+        check_loads(bundle)
+        if bundle.kind == "model" and base_url is None:
+            raise ValueError(f"bundle {bundle.name} is a model entry: give --base-url (and "
+                             "--api-key-env) of the endpoint that serves it")
+        old = _recorded(board, bundle.name)
+        if old is None:
+            continue
+        where = _entry(board, bundle.name)
+        if old["bundle_sha256"] != bundle.sha256:
+            raise ValueError(f"{where} holds another bundle named {bundle.name!r} (sha256 "
+                             f"{old['bundle_sha256'][:12]}...); give this one another name, or "
+                             "another --out")
+        if old["status"] == "grading" and old["grader"]["label"] != grader["label"]:
+            raise ValueError(f"{bundle.name}: its grading began under grader "
+                             f"{old['grader']['label']}, this is {grader['label']}: finish it "
+                             "with that grader, or verify into another --out (rows of two "
+                             "graders are never mixed)")
+        was = {"protocol": {k: old["protocol"][k] for k in ("seeds", "subset")},
+               "fingerprint": old["private"]["fingerprint"]}
+        if was != settings:
+            raise ValueError(f"{where} was graded under {was}, not {settings} (another "
+                             "--seeds, --subset or master seed): verify into another --out")
+    return bundles
+
+
+def _configs(spec: str, name: str, seeds: int, subset: str, seed: int
+             ) -> dict[str, RunConfig]:
+    """The private and the public split's run, of the spec that loads the bundle's files
+    (`loading.located`), its rows named as the bundle names it."""
+    private = private_corpus(seed)
+    subsets = {PRIVATE: stratified_subset(private) if subset == "stratified" else None,
+               "public": stratified_subset("public") if subset == "stratified" else None}
+    return {split: RunConfig((spec,), split=split, seeds=tuple(range(seeds)), tasks=tasks,
+                             master_seed=seed if split == PRIVATE else None, names=(name,))
+            for split, tasks in subsets.items()}
+
+
+def _grade(bundle: Bundle, config: RunConfig, out: Path, args: argparse.Namespace) -> list:
+    if bundle.kind == "model":
+        model = model_config(bundle, args.base_url, args.api_key_env, args.timeout)
+        return grade_model(model, config, out, args.concurrency, not args.no_progress)
+    return grade(config, out, workers=args.workers, progress=not args.no_progress,
+                 desc=f"{bundle.name} {config.split}")
+
+
+def claim_check(claimed: dict | None, figures: dict) -> list[str]:
+    """The claimed figures that fall outside their public-split interval."""
+    return [f"{k}: claimed {claimed[k]:g}, graded {figures[k]:g} "
+            f"[{figures[k + '_ci'][0]:g}, {figures[k + '_ci'][1]:g}]"
+            for k in sorted(claimed or {}) if not
+            figures[k + "_ci"][0] <= claimed[k] <= figures[k + "_ci"][1]]
+
+
+def _extracted(bundle: Bundle, folder: Path) -> Path:
+    """The bundle's files in `folder/policy` (extracted whole, or not at all), an absolute
+    path."""
+    policy = folder / "policy"
+    if not policy.is_dir():
+        scratch = folder / f".policy-{os.getpid()}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        bundle.extract(scratch)
+        os.rename(scratch, policy)
+    return policy.resolve()
+
+
+def _new_entry(bundle: Bundle, configs: dict, grader: dict, where: dict, seeds: int,
+               subset: str) -> dict:
+    spec = bundle.spec
+    return {"name": bundle.name, "kind": bundle.kind, "spec": spec,
+            "privileged": bundle.kind == "scripted" and not is_unprivileged_scripted(spec),
+            "bundle_sha256": bundle.sha256, "status": "grading", "reason": None,
+            "public_reason": None,
+            "protocol": {"seeds": list(range(seeds)), "subset": subset, "probe": "full",
+                         "tasks": len({t for t, _ in configs[PRIVATE].cases()})},
+            "private": {"fingerprint": configs[PRIVATE].corpus.fingerprint},
+            "public": {"fingerprint": configs["public"].corpus.fingerprint},
+            "claimed": bundle.manifest.get("claimed"), "grader": grader,
+            "form": FORMS[bundle.kind], "machine": where,
+            **({"model": bundle.manifest["model"]} if bundle.kind == "model" else {})}
+
+
+def _graded(bundle: Bundle, board: Path, policy: Path, entry: dict,
+            args: argparse.Namespace) -> dict[str, list]:
+    """Grade both splits into the entry's run folders; the entry's status (and why) set from
+    how it ended. A policy that fails is a result; what the page says of it names no case (a
+    failure to load names none: its words are kept)."""
+    graded: dict[str, list] = {}
+    try:
+        with located(bundle, policy) as spec:
+            configs = _configs(spec, bundle.spec, args.seeds, args.subset, args.master_seed)
+            for split, config in configs.items():
+                graded[split] = _grade(bundle, config, run_folder(board, split, bundle.name),
+                                       args)
+    except Incomplete as exc:
+        entry.update(status="incomplete", reason=str(exc),
+                     public_reason="the endpoint failed (not the entry's failure): re-run")
+    except PolicyLoadError as exc:  # before any case
+        entry.update(status="failed", reason=str(exc), public_reason=str(exc).replace(
+            str(policy), "<bundle>"))
+    except PolicyError as exc:
+        split = "public" if PRIVATE in graded else PRIVATE
+        entry.update(status="failed", reason=str(exc), public_reason=(
+            f"the policy failed on a {split}-split case (its words, which may name the case, "
+            "are the operator's)"))
+    else:
+        entry["status"] = "verified"
+    return graded
+
+
+def verify_one(bundle: Bundle, board: Path, grader: dict, where: dict,
+               args: argparse.Namespace) -> dict:
+    """Grade one bundle into its entry (resuming an entry a killed run left); return its
+    entry.json. An entry verified or failed is final: it is returned as it is."""
+    folder = _entry(board, bundle.name).resolve()
+    recorded = _recorded(board, bundle.name)
+    if recorded is not None and recorded["status"] in ("verified", "failed"):
+        return recorded
+    policy = _extracted(bundle, folder)
+    configs = _configs(bundle.spec, bundle.spec, args.seeds, args.subset, args.master_seed)
+    entry = _new_entry(bundle, configs, grader, where, args.seeds, args.subset)
+    runfolder.write_atomic(folder / ENTRY, json.dumps(entry, indent=2) + "\n")
+    graded = _graded(bundle, board, policy, entry, args)
+    rows = run_folder(board, PRIVATE, bundle.name) / runfolder.ROWS
+    entry["private"]["episodes"] = (len(graded[PRIVATE]) if PRIVATE in graded else
+                                    len(runfolder.read_rows(rows)) if rows.is_file() else 0)
+    if bundle.kind == "model":  # the names the endpoint answered under, from the transcripts
+        entry["served_as"] = sorted({line["served_model"] for split in configs for path in
+                                     (run_folder(board, split, bundle.name) /
+                                      runfolder.TRANSCRIPTS).glob("*.jsonl")
+                                     for line in read_transcript(path)
+                                     if line.get("served_model")})
+    run = run_folder(board, PRIVATE, bundle.name) / runfolder.MANIFEST
+    if run.is_file() and "sandbox" in json.loads(run.read_text()):
+        entry["sandbox"] = json.loads(run.read_text())["sandbox"]
+    if "public" in graded:
+        name = bundle.spec
+        summary = summarize(graded["public"], load_corpus("public"), [name],
+                            entry["protocol"]["seeds"])["policies"][name]
+        figures = {k: summary[k] for k in ("mean_gap", "mean_gap_ci", "exact", "exact_ci")}
+        entry["public"].update(figures, episodes=len(graded["public"]),
+                               claim_outside=claim_check(entry["claimed"], figures))
+    entry["verified_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    runfolder.write_atomic(folder / ENTRY, json.dumps(entry, indent=2) + "\n")
+    return entry
+
+
+def verify(paths: list[Path], board: Path, args: argparse.Namespace) -> list[dict]:
+    """Check every bundle, then grade each into `board`; return their entries."""
+    if args.master_seed is None:
+        raise ValueError("verify grades the private split: give --master-seed-file (or "
+                         "FINALITY_MASTER_SEED)")
+    if args.seeds < 1 or args.subset not in SUBSETS:
+        raise ValueError(f"--seeds must be at least 1 and --subset one of {SUBSETS}")
+    board = board.resolve()
+    grader = grader_version()
+    settings = {"protocol": {"seeds": list(range(args.seeds)), "subset": args.subset},
+                "fingerprint": private_corpus(args.master_seed).fingerprint}
+    bundles = check_all(paths, board, grader, args.base_url, settings)
+    runfolder.prepare(board)
+    where = machine()
+    with runfolder.lock(board):
+        return [verify_one(b, board, grader, where, args) for b in bundles]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundles", nargs="+", type=Path, metavar="BUNDLE")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the board (re-running into it resumes)")
+    seed_options(parser)
+    parser.add_argument("--seeds", type=int, default=5, help="episode seeds 0..N-1 (default 5)")
+    parser.add_argument("--subset", choices=SUBSETS, default="all",
+                        help="every task (default), or the model arm's 48 stratified tasks of "
+                             "each split (a cheaper board: its entries are ranked apart)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    model = parser.add_argument_group("model entries: the endpoint that serves them")
+    model.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint")
+    model.add_argument("--api-key-env", default=None, help="the variable holding its key")
+    model.add_argument("--concurrency", type=int, default=1, help="episodes in flight")
+    model.add_argument("--timeout", type=float, default=120.0, help="seconds a request attempt")
+
+
+def main(args: argparse.Namespace) -> int:
+    args.master_seed = master_seed(args)
+    entries = verify(args.bundles, args.out, args)
+    for e in entries:
+        said = e["public_reason"] or ", ".join(e["public"].get("claim_outside", [])) or ""
+        print(f"{e['name']:<24} {e['status']:<10} {e['private'].get('episodes', 0):>6} private "
+              f"episodes  {said}")
+    print(f"verify: board {args.out}; publish it with python -m eval leaderboard {args.out} "
+          "--out SITE")
+    return 3 if any(e["status"] == "incomplete" for e in entries) else 0
