@@ -3,7 +3,7 @@ the shipped PPO model as `ppo:`, and an outside policy file, sandboxed), the wal
 `python -m eval verify BUNDLE --out NEW_BOARD` (the bundle read and checked, its policy loaded as
 a check, then graded on the private and the public split, all tasks x 5 seeds, and the public
 figures summarized) against grading the same spec on the same two splits as an operator did
-before `verify` existed, `python -m eval headline --policies SPEC --split private
+before `verify` existed, `python -m eval headline --policies POLICY --split private
 --master-seed-file F` and the same on `public` (two processes, each with its report and
 figures), and against the floor, the shared grader's `grade` on both splits in one bare
 process (no command, no report). Every run a fresh process with 2 workers, the three
