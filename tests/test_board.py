@@ -313,3 +313,26 @@ def test_entries_of_another_grader_are_ranked_apart(made, tmp_path):
                                                                        ["ppo-onnx"]]
     assert "grader 0123456789ab" in groups[1]["key"] and "pairwise" in groups[1]
     assert all(" - ppo-onnx" not in pair for pair in groups[0]["pairwise"])  # never mixed
+
+
+def test_a_package_bundle_is_graded_from_its_own_files(made, tmp_path, monkeypatch):
+    package = tmp_path / "src" / "probe_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "agent.py").write_text(PROBE_THEN_SHIP)
+    (package / "__pycache__").mkdir()  # the submitter's own caches are left out
+    (package / "__pycache__" / "agent.cpython-311.pyc").write_bytes(b"\0")
+    monkeypatch.chdir(tmp_path / "src")  # where the submitter's package is importable
+    _submit("probe_pkg.agent:ProbeThenShip", "--name", "pkg", "--out", tmp_path / "pkg.finality")
+    monkeypatch.chdir(ROOT)
+    shutil.rmtree(tmp_path / "src")  # verify grades the bundle's copy, nothing else
+    assert sorted(read_bundle(tmp_path / "pkg.finality").files) == ["probe_pkg/__init__.py",
+                                                                  "probe_pkg/agent.py"]
+    assert eval_cli(["verify", str(tmp_path / "pkg.finality"), "--master-seed-file",
+                     str(made / "seed"), "--out", str(tmp_path / "board"), *PROTOCOL]) == 0
+    entry = json.loads((tmp_path / "board" / "entries" / "pkg" / "entry.json").read_text())
+    assert entry["status"] == "verified" and "PYTHONPATH" not in os.environ
+    rows = read_rows(tmp_path / "board" / "private" / "pkg" / "episodes.jsonl")
+    probe = read_rows(made / "board" / "private" / "probe" / "episodes.jsonl")
+    assert {r["policy"] for r in rows} == {"probe_pkg.agent:ProbeThenShip"}
+    assert [r["gap"] for r in rows] == [r["gap"] for r in probe]  # the same policy, same play

@@ -47,9 +47,11 @@ def _on_path(folder: Path):
             os.environ["PYTHONPATH"] = before
 
 
-def located(bundle: Bundle, folder: Path):
+def located(bundle: Bundle, folder: Path, submitting: bool = False):
     """A context in which `spec` (returned on entering) loads the bundle's policy from its
-    files extracted in `folder` (an absolute path)."""
+    files extracted in `folder` (an absolute path). `submitting`: on the submitter's machine,
+    where their package is found on their own path (its copy in `folder` is the same code), the
+    two checks that guard the operator's grader are left out."""
     parsed = PolicySpec.parse(bundle.spec)
     if bundle.kind in ("sb3", "onnx"):
         return nullcontext(f"{parsed.kind}:{folder / parsed.target}")
@@ -58,10 +60,18 @@ def located(bundle: Bundle, folder: Path):
     if not _package(bundle):
         return nullcontext(f"{folder / parsed.target}:{parsed.arguments}")
     top = parsed.target.split(".")[0]
+    if submitting:
+        return _on_path_spec(folder, bundle.spec)
     if importlib.util.find_spec(top) is not None:
         raise BundleError(f"bundle {bundle.name}: its package {top!r} has the name of a module "
                           "the grader's interpreter already finds: it could stand in for it")
     return _spec_on_path(bundle, folder)
+
+
+@contextmanager
+def _on_path_spec(folder: Path, spec: str):
+    with _on_path(folder):
+        yield spec
 
 
 @contextmanager
@@ -91,10 +101,10 @@ def model_config(bundle: Bundle, base_url: str = PLACEHOLDER_URL,
                        price_in=fields["price_in"], price_out=fields["price_out"])
 
 
-def check_loads(bundle: Bundle) -> None:
+def check_loads(bundle: Bundle, submitting: bool = False) -> None:
     """The bundle's policy loads in the safe form, from a scratch copy of its files, or a
     `BundleError` that says why (its code does not import, its model needs an unpickling
-    loader, ...)."""
+    loader, ...); `submitting` as for `located`."""
     if bundle.kind == "model":
         try:
             model_config(bundle)
@@ -105,7 +115,7 @@ def check_loads(bundle: Bundle) -> None:
     with tempfile.TemporaryDirectory(prefix="finality-bundle-") as scratch:
         folder = Path(scratch).resolve()
         bundle.extract(folder)
-        with located(bundle, folder) as spec:
+        with located(bundle, folder, submitting) as spec:
             try:
                 policy = make_policy(spec, sandbox=True, allow_pickle=False)
                 if isinstance(policy, ExternalPolicy):

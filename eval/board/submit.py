@@ -100,7 +100,7 @@ def submit(spec: str, name: str, out: Path, model: dict | None = None,
                 **({"claimed": claim} if claim is not None else {})}
     data = pack(manifest, files)
     bundle = bundle_of(data, str(out))
-    check_loads(bundle)
+    check_loads(bundle, submitting=True)
     write_new(out, data)
     return bundle.sha256
 

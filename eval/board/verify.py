@@ -76,10 +76,10 @@ def check_all(paths: list[Path], board: Path, grader: dict, base_url: str | None
     protocol and the private split's fingerprint an entry already there must share), before
     anything is written."""
     bundles = [read_bundle(p) for p in paths]
-    names = [b.name for b in bundles]
+    names = [b.name.casefold() for b in bundles]  # one folder each, on any file system
     if len(set(names)) != len(names):
         twice = sorted(n for n in names if names.count(n) > 1)[0]
-        raise ValueError(f"two bundles are named {twice!r}")
+        raise ValueError(f"two bundles are named {twice!r} (letter case aside)")
     for bundle in bundles:
         check_loads(bundle)
         if bundle.kind == "model" and base_url is None:
