@@ -310,3 +310,27 @@ def test_a_sampled_policy_depends_only_on_task_and_seed(trained):
                 result = episode.call(tool, **args)
             calls.append(seen)
         assert calls[0] == calls[1]
+
+
+def test_a_checkpoint_cut_short_is_never_resumed_from(tmp_path):
+    """A process killed while SB3 writes a checkpoint leaves a file cut short. Cut inside its
+    `policy.pth` entry (itself a zip), `zipfile.is_zipfile` finds that entry's directory and
+    says yes: resuming from it failed with "No data found in the saved file" (a CI run)."""
+    import zipfile
+
+    from stable_baselines3 import PPO
+    model = PPO("MlpPolicy", gym.make("Finality-v0"), n_steps=8, batch_size=8,
+                policy_kwargs={"net_arch": [8]}, seed=0, device="cpu")
+    (tmp_path / "checkpoints").mkdir()
+    model.save(tmp_path / "checkpoints" / "ppo_100_steps.zip")
+    model.save(tmp_path / "whole.zip")
+    data = (tmp_path / "whole.zip").read_bytes()
+    torn = tmp_path / "checkpoints" / "ppo_200_steps.zip"
+    fooled = 0
+    for cut in range(100, len(data) - 1, 97):
+        torn.write_bytes(data[:cut])
+        fooled += zipfile.is_zipfile(torn)
+        assert latest_checkpoint(tmp_path).name == "ppo_100_steps.zip", cut
+    assert fooled  # the cuts that fooled the old check were among them
+    torn.write_bytes(data)
+    assert latest_checkpoint(tmp_path).name == "ppo_200_steps.zip"

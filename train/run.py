@@ -183,11 +183,22 @@ def checkpoint_steps(path: Path) -> int | None:
     return int(match[1]) if match else None
 
 
+def _whole(path: Path) -> bool:
+    """Whether a saved model is whole: a zip whose directory names the first entry SB3 writes
+    (`data`) and the last (`_stable_baselines3_version`). `zipfile.is_zipfile` alone is fooled
+    by a file cut short inside a `.pth` entry, itself a zip whose directory it then finds."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False
+    return {"data", "_stable_baselines3_version"} <= names
+
+
 def latest_checkpoint(out: Path) -> Path | None:
-    """The checkpoint with the most steps; one cut short by a killed process (not a whole zip)
-    does not count."""
+    """The checkpoint with the most steps; one cut short by a killed process does not count."""
     candidates = [p for p in (out / "checkpoints").glob("*_steps.zip")
-                  if checkpoint_steps(p) is not None and zipfile.is_zipfile(p)]
+                  if checkpoint_steps(p) is not None and _whole(p)]
     return max(candidates, key=checkpoint_steps) if candidates else None
 
 
