@@ -247,8 +247,9 @@ def test_the_latest_checkpoint_is_found_whatever_its_algorithm_prefix(tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     for name in ("ppo_1024_steps.zip", "maskable_ppo_2048_steps.zip", "notes_steps.zip"):
-        with zipfile.ZipFile(folder / name, "w") as archive:
+        with zipfile.ZipFile(folder / name, "w") as archive:  # SB3's first and last entries
             archive.writestr("data", "{}")
+            archive.writestr("_stable_baselines3_version", "2")
     (folder / "maskable_ppo_4096_steps.zip").write_bytes(b"PK\x03\x04 torn")
     assert latest_checkpoint(tmp_path).name == "maskable_ppo_2048_steps.zip"
     assert [checkpoint_steps(Path(n)) for n in (
