@@ -88,7 +88,9 @@ def unpickled_model(path: Path, cls, stack: int = 1):
     try:
         # Unpickles: code in the file runs here. Trusted by the operator who asked for it: only
         # `allow_pickle` reaches this (`--trust-pickles`, recorded in run.json and refused for
-        # the private split); every other load reads the archive as data (`read_data`).
+        # the private split); never a submitted bundle (`eval verify` and `eval submit` load
+        # with `allow_pickle=False`, and a bundle asking for it is refused); every other load
+        # reads the archive as data (`read_data`).
         model = cls.load(path, device="cpu")
     except Exception as exc:  # a damaged archive fails in many ways deep inside SB3
         raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc!r}") from None
