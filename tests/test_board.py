@@ -132,7 +132,9 @@ def test_three_kinds_verified_into_one_board_and_the_page_equals_the_rows(made):
     assert len(cells) == 6
     for a, b, *numbers in cells:
         diff, (lo, hi), p = direct["pairs"][(a, b)]
-        assert np.allclose([float(x) for x in numbers], [diff, lo, hi, p], atol=1e-6), (a, b)
+        assert np.allclose([float(x) for x in numbers[:3]], [diff, lo, hi], atol=1e-6), (a, b)
+        # a tie of two replicates' means may fall either way in floating point: one replicate
+        assert abs(float(numbers[3]) - p) <= 1 / 2000 + 1e-9, (a, b)
     llm = re.search(r'<tr data-entry="llm">(.*?)</tr>', ranking, re.S).group(1)
     cost = np.mean([r["cost_microusd"] for r in
                     read_rows(made / "board" / "private" / "llm" / "episodes.jsonl")]) / 1e6
