@@ -24,6 +24,8 @@ Choices where the rules are silent:
 
 from __future__ import annotations
 
+import operator
+
 from .faults import FAMILIES, GOLDEN, MASK64, FaultProfile, draw, episode_key, mix64
 from .tasks import HORIZON, Task
 from .world import Event, World
@@ -180,9 +182,12 @@ def world_firings(task: Task, seed: int, faults: FaultProfile) -> dict[str, int]
     return replicas.fault_firings()
 
 
+_ARRIVAL_ORDER = operator.itemgetter(0, 1, 2)  # a delivery's (arrival, seq, copy), in C
+
+
 def _visible(deliveries: list, as_of: int) -> list:
     vis = [d for d in deliveries if d[0] <= as_of]
-    vis.sort(key=lambda d: (d[0], d[1], d[2]))
+    vis.sort(key=_ARRIVAL_ORDER)
     return vis
 
 

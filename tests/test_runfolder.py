@@ -12,7 +12,7 @@ import pytest
 import finality_gym
 from agents import PolicySpec, make_policy, split_specs
 import eval.sweeps.aggregate as aggregate
-from eval.grading.grader import RunConfig, grade, without_calls
+from eval.grading.grader import RunConfig, grade, grade_in_process, without_calls
 from eval.grading.runfolder import OrderedAppender, keep_in_order, lock, read_rows, repair, seal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +70,39 @@ def test_keep_in_order_rewrites_only_a_file_out_of_job_order(tmp_path):
     before = path.stat().st_mtime_ns
     keep_in_order(path, read_rows(path), jobs)
     assert path.stat().st_mtime_ns == before
+
+
+def test_a_sealed_line_is_json_dumps_of_the_row_and_its_check():
+    """The line's format is fixed by every file already written: the encoders `seal` makes once
+    give what `json.dumps` gives, unusual names and values included."""
+    config = RunConfig(("eager", "finality_gate"), seeds=(0, 3), tasks=TASKS)
+    rows = [{**row, "policy": name, "cost_usd": 0.1 + 0.2, "note": None}
+            for spec, name in (("eager", "\u00e9ager \u2713"), ("finality_gate", 'gate "q"\\'))
+            for row in grade_in_process(make_policy(spec), name, config)]
+    for row in rows:
+        canonical = json.dumps(row, sort_keys=True, separators=(",", ":"))
+        check = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        assert seal(row) == json.dumps({**row, "check": check}, separators=(",", ":"))
+    assert "\\u00e9ager" in seal(rows[0])  # ASCII, as json.dumps writes it
+
+
+def test_a_folder_graded_again_in_one_process_is_read_for_what_it_holds_now(tmp_path):
+    """`grade` keeps the rows it last held for the next run of the same file (`eval all` grades
+    the headline's folder three times): an edit of the same length made at once is still
+    caught, and a caller's change to the rows it was given is not the next run's."""
+    config = RunConfig(("eager",), seeds=(0,), tasks=TASKS)
+    path = tmp_path / "episodes.jsonl"
+    rows = grade(config, tmp_path, progress=False)
+    rows[0]["gap"] = -1
+    again = grade(config, tmp_path, progress=False)
+    assert again == [without_calls(row) for row in read_rows(path)] and again[0]["gap"] != -1
+    data = path.read_bytes()
+    at = data.index(b'"gap":') + len(b'"gap":')
+    digit = data[at:at + 1]
+    path.write_bytes(data[:at] + (b"7" if digit == b"8" else b"8") + data[at + 1:])
+    assert len(path.read_bytes()) == len(data)
+    with pytest.raises(ValueError, match="episodes.jsonl:1 fails its checksum"):
+        grade(config, tmp_path, progress=False)
 
 
 def test_a_second_writer_is_refused_by_the_lock(tmp_path):

@@ -130,7 +130,10 @@ def _figure(result: dict, path: Path) -> None:
     ax.set_yticks(range(len(policies)))
     ax.set_yticklabels(policies, fontsize=8)
     ax.set_xticks(range(len(configs)))
-    ax.set_xticklabels([_label(c["costs"]) for c in configs], rotation=90, fontsize=6)
+    # Two dollar signs in one label would make matplotlib typeset the text between them as
+    # mathematics (dropping the signs, and parsing 45 labels); escaped, they print as written.
+    ax.set_xticklabels([_label(c["costs"]).replace("$", r"\$") for c in configs], rotation=90,
+                       fontsize=6)
     fig.colorbar(image, ax=ax, label="rank by mean gap (1 = best)")
     ax.set_title("Rank of each policy under 45 cost configurations (cogs / dispute / escalation)")
     save_figure(fig, path)

@@ -1,4 +1,4 @@
-"""`python -m eval all`: every experiment into one folder (headline, ablation, tuning, costs,
+"""`python -m eval all`: every experiment into one folder (headline, costs, ablation, tuning,
 plans), each resumable in its own subfolder, with an index report linking them. The ablation and
 the cost sweep reuse the headline's folder rather than grading it again."""
 
@@ -17,11 +17,12 @@ from eval.grading.options import run_experiment, run_options
 def run_all(out: Path, workers: int, progress: bool, backend: str) -> None:
     started = time.perf_counter()
     head = headline.run(out / "headline", workers, progress, backend=backend)
+    # The two that reuse the headline's folder come next, while `grade` still holds its rows.
+    cst = costs.run(out / "costs", workers, progress, headline_dir=out / "headline",
+                    backend=backend)
     abl = ablation.run(out / "ablation", workers, progress, baseline_dir=out / "headline",
                        backend=backend)
     tun = tuning.run(out / "tuning", workers, progress, backend=backend)
-    cst = costs.run(out / "costs", workers, progress, headline_dir=out / "headline",
-                    backend=backend)
     pln = plans.run(out / "plans", workers, progress, backend=backend)
     gate = head["policies"].get("finality_gate", {})
     lines = [
