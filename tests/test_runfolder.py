@@ -13,7 +13,8 @@ import finality_gym
 from agents import PolicySpec, make_policy, split_specs
 import eval.sweeps.aggregate as aggregate
 from eval.grading.grader import RunConfig, grade, grade_in_process, without_calls
-from eval.grading.runfolder import OrderedAppender, keep_in_order, lock, read_rows, repair, seal
+from eval.grading.runfolder import (OrderedAppender, keep_in_order, key, lock, read_rows, repair,
+                                    seal)
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = tuple(t.task_id for t in finality_gym.load_corpus("public").tasks[::40])
@@ -64,11 +65,11 @@ def test_keep_in_order_rewrites_only_a_file_out_of_job_order(tmp_path):
     path = tmp_path / "episodes.jsonl"
     path.write_text("".join(seal(r) + "\n" for r in rows))
     jobs = [("a", "t1", 0), ("a", "t2", 0)]
-    keep_in_order(path, [without_calls(r) for r in read_rows(path)], jobs)  # as grade has them
+    keep_in_order(path, [key(r) for r in read_rows(path)], jobs)
     assert [(r["policy"], r["task_id"], r["calls"]) for r in read_rows(path)] == [
         ("x", "other", [[120, "x"]]), ("a", "t1", [[120, "a"]]), ("a", "t2", [[120, "a"]])]
     before = path.stat().st_mtime_ns
-    keep_in_order(path, read_rows(path), jobs)
+    keep_in_order(path, [key(r) for r in read_rows(path)], jobs)
     assert path.stat().st_mtime_ns == before
 
 

@@ -223,7 +223,8 @@ def _run_chunk(args: tuple) -> tuple[list[str], list[dict], str | None]:
     config, jobs, inputs = args
     corpus = config.corpus
     order = list(range(len(jobs)))
-    if any(PolicySpec.parse(spec).kind == "outside" for spec, _, _ in jobs):
+    outside = any(PolicySpec.parse(spec).kind == "outside" for spec in {job[0] for job in jobs})
+    if outside:
         random.SystemRandom().shuffle(order)
     done: dict[int, tuple[str, dict]] = {}
     error = None
@@ -248,9 +249,10 @@ def _run_chunk(args: tuple) -> tuple[list[str], list[dict], str | None]:
             error = f"policy {spec!r} failed on task {task_id} seed {seed}: {what}"
             break
         done[i] = seal(row), without_calls(row)
-    for policy in _POLICIES.values():
-        if isinstance(policy, ExternalPolicy):
-            policy.new_chunk()
+    if outside:  # (a worker may hold a thousand policies: the reference check's plans)
+        for policy in _POLICIES.values():
+            if isinstance(policy, ExternalPolicy):
+                policy.new_chunk()
     ordered = [done[i] for i in sorted(done)]
     return [line for line, _ in ordered], [row for _, row in ordered], error
 
@@ -382,8 +384,10 @@ def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, de
     if rows is None:
         runfolder.repair(path)
         rows = [without_calls(row) for row in read_rows(path)]
+    jobs = config.jobs()
+    wanted = jobs if config.names is None else [config.named(job) for job in jobs]
     done = {key(row) for row in rows}
-    todo = [job for job in config.jobs() if config.named(job) not in done]
+    todo = [job for job, name in zip(jobs, wanted) if name not in done]
     error = None
     failed: list[dict] = []
     if todo:
@@ -422,13 +426,13 @@ def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, de
         incomplete.unlink()
     if error is not None:
         raise PolicyError(f"{error} (the {len(rows)} episodes recorded in {path} stay valid)")
-    wanted = [config.named(job) for job in config.jobs()]
-    if runfolder.keep_in_order(path, rows, wanted):
+    keys = [key(row) for row in rows]
+    if runfolder.keep_in_order(path, keys, wanted):
         _ROWS_READ_LAST.clear()  # `rows` are no longer in the file's order
     else:
         _remember_rows(path, rows)
     wanted_set = set(wanted)
-    rows = [row for row in rows if key(row) in wanted_set]
+    rows = [row for row, k in zip(rows, keys) if k in wanted_set]
     if len(rows) != len(wanted_set):
         raise ValueError(f"{path} holds {len(rows)} of the {len(wanted_set)} episodes of this "
                          "run (duplicated or foreign lines?)")

@@ -212,14 +212,15 @@ def key(row: dict) -> tuple[str, str, int]:
     return row["policy"], row["task_id"], row["seed"]
 
 
-def keep_in_order(path: Path, rows: list[dict], jobs: list) -> bool:
+def keep_in_order(path: Path, keys: list[tuple], jobs: list) -> bool:
     """Rewrite the file (atomically) if the rows of `jobs` are not in job order, as after a
     resume that completed an episode an earlier run had skipped, so that a complete run's file
     is the same however it got there; rows of other runs in the folder keep their place in
-    front. Returns whether it rewrote the file."""
+    front. `keys` are the file's rows' keys (`key`), in its order. Returns whether it rewrote
+    the file."""
     rank = {job: i for i, job in enumerate(jobs)}
-    ours = [key(r) for r in rows if key(r) in rank]
-    if ours != sorted(ours, key=rank.__getitem__):
+    ours = [i for i in map(rank.get, keys) if i is not None]
+    if ours != sorted(ours):
         whole = read_rows(path)  # `rows` may be `grade`'s, without their calls
         others = [r for r in whole if key(r) not in rank]
         ordered = sorted((r for r in whole if key(r) in rank), key=lambda r: rank[key(r)])
