@@ -86,12 +86,12 @@ def unpickled_model(path: Path, cls, stack: int = 1):
     unpickles are compared in full."""
     expected = finality_spaces(stack)
     try:
-        # Unpickles: code in the file runs here. Trusted by the operator who asked for it: only
-        # `allow_pickle` reaches this (`--trust-pickles`, recorded in run.json and refused for
-        # the private split); never a submitted bundle (`eval verify` and `eval submit` load
-        # with `allow_pickle=False`, and a bundle asking for it is refused); every other load
-        # reads the archive as data (`read_data`).
-        model = cls.load(path, device="cpu")
+        # Unpickles: code in the file runs here. Only `allow_pickle` reaches this (every other
+        # load reads the archive as data, `read_data`), and never for a submitted bundle (`eval
+        # verify` and `eval submit` load with `allow_pickle=False`; a bundle asking for it is
+        # refused). The file is trusted by the operator who asked: `--trust-pickles`, recorded
+        # in run.json and refused for the private split.
+        model = cls.load(path, device="cpu")  # trusted: see above
     except Exception as exc:  # a damaged archive fails in many ways deep inside SB3
         raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc!r}") from None
     for space, actual in (("observation", model.observation_space),
