@@ -1,11 +1,18 @@
 """What the host checks of a case from /proc before it hands the case its brief: that the process
 that connected (`peer`) is pid 1 of its own pid namespace, with exactly the sandbox's mounts, its
 writable places on filesystems of its own, no capability, the limits, one thread, only its own
-descriptors and no shared writable mapping (`case_problems`); and that no process but the host,
-the fork server and the case runs in the sandbox (`others`). This is kernel state, read by the
-host, which never imports the policy: what the fork server and the case did to confine
-themselves (`agents/isolation.py`) runs in memory the policy's code shares, so it is checked
-here, not believed.
+descriptors and no shared mapping that can be written (`case_problems`); and that no process
+but the host, the fork server and the case runs in the sandbox (`others`). This is kernel state,
+read by the host, which never imports the policy: what the fork server and the case did to
+confine themselves (`agents/isolation.py`) runs in memory the policy's code shares, so it is
+checked here, not believed.
+
+A shared mapping the fork server held when a case was forked is every case's: one that can be
+written is refused read-only too, since a case can make it writable again (mprotect) and leave
+in it what the next case reads (`writable_shared`: the kernel's own word, `mw`, may write).
+What cannot be written (a file opened read-only and mapped shared, which the kernel maps as
+private: the C library's gconv cache, which every Python process holds) carries nothing a read
+of the file would not.
 """
 
 from __future__ import annotations
@@ -14,12 +21,11 @@ import os
 import re
 import socket
 import struct
+from functools import lru_cache
 from pathlib import Path
 
 from .bwrap import SCRATCH
 from .limits import limits
-
-_SHARED_WRITABLE = re.compile(rb"^\S+ .w.s ", re.M)  # a line of /proc/PID/maps: rw-s, -w-s
 
 
 def peer(channel: socket.socket) -> int:
@@ -66,9 +72,9 @@ def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[
     server's (`server`), with exactly the `mounts` expected and its writable places on
     filesystems the fork server holds neither mounted nor open, under a seccomp filter with
     no_new_privs, no capability and the limits, one thread, only its own descriptors (0:
-    /dev/null; 1, 2: the stderr relay `relay`; 3: its socket) and no shared writable mapping.
-    The fork server runs the policy's code (hooks its import left), so whatever it and the
-    case's own start did is checked here, not believed."""
+    /dev/null; 1, 2: the stderr relay `relay`; 3: its socket) and no shared mapping that can be
+    written, read-only or not. The fork server runs the policy's code (hooks its import left),
+    so whatever it and the case's own start did is checked here, not believed."""
     problems = []
     try:
         status = _status(pid)
@@ -102,12 +108,49 @@ def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[
                 or not fds[3].startswith("socket:"):
             problems.append(f"it holds other descriptors ({', '.join(sorted(map(str, fds)))}: "
                             f"{', '.join(fds.values())})")
-        shared = _SHARED_WRITABLE.findall(Path(f"/proc/{pid}/maps").read_bytes())
-        if shared:
-            problems.append(f"it holds {len(shared)} shared writable mapping(s)")
+        if _shared(pid) - _unwritable_own() and (held := writable_shared(pid)):
+            problems.append(f"it holds {len(held)} shared mapping(s) that can be written "
+                            f"({', '.join(sorted({mapped(line) for line in held}))})")
     except (OSError, KeyError, ValueError) as exc:
         problems.append(f"it could not be checked ({exc})")
     return problems
+
+
+def _shared(pid: int | str) -> set[bytes]:
+    """The lines of a process's /proc/PID/maps that map something shared (`r--s`, `rw-s`, ...)."""
+    return {line for line in Path(f"/proc/{pid}/maps").read_bytes().splitlines()
+            if line.split(maxsplit=2)[1].endswith(b"s")}
+
+
+def writable_shared(pid: int | str) -> set[bytes]:
+    """The lines (as /proc/PID/maps shows them) of a process's shared mappings that can be
+    written, now or once mprotect makes them writable: `mw` (may write) among their flags in
+    /proc/PID/smaps. A file opened read-only and mapped shared has none: nothing can write it."""
+    found, line = set(), b""
+    for entry in Path(f"/proc/{pid}/smaps").read_bytes().splitlines():
+        if not entry.split(maxsplit=1)[0].endswith(b":"):  # a mapping's line, as in the maps
+            line = entry
+        elif entry.startswith(b"VmFlags:") and b"mw" in entry.split():
+            found.add(line)
+    return {line for line in found if line.split(maxsplit=2)[1].endswith(b"s")}
+
+
+@lru_cache(maxsize=1)
+def _unwritable_own() -> frozenset[bytes]:
+    """The shared mappings of this process (the host, or the self-test's checker: neither runs
+    the policy's code) that cannot be written: the C library's gconv cache. Every case inherits
+    them unchanged, at the same address, through the fork server; a line the same as one of
+    them maps the same file at the same place, a file no process of the sandbox can open for
+    writing (all it may write is tmpfs of its own). So a case whose shared mappings are all
+    among these has only its maps read; another has its smaps read too (a millisecond or two
+    against a quarter of one)."""
+    return frozenset(_shared("self") - writable_shared("self"))
+
+
+def mapped(line: bytes) -> str:
+    """What a line of /proc/PID/maps maps: a file, or anonymous memory (shown as /dev/zero)."""
+    name = " ".join(line.decode(errors="replace").split()[5:])
+    return "anonymous" if not name or name.startswith("/dev/zero") else name
 
 
 def _stats(folder: str) -> list[os.stat_result]:

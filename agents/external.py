@@ -1,9 +1,9 @@
 """Policies from outside the project, graded through a process boundary.
 
 A spec `path/to/my_policy.py:MyPolicy` or `mypkg.policies:MyPolicy` names a `Policy` subclass
-that the grader never imports: `ExternalPolicy` starts `python -m agents.host` (one process per
-chunk of work, every case in a fresh fork of it, see `agents/host.py`) and relays tool calls and
-results as JSON lines. Every case gets a token of its own that the host adds to each message of
+that the grader never imports: `ExternalPolicy` starts the host (`agents/host.py`: one process a
+worker, a fresh fork server for every chunk of work, every case a fork of it) and relays tool
+calls and results as JSON lines. Every case gets a token of its own that the host adds to each message of
 that case (the case never sees it): a message with another token is an error, and so is a case
 that sends anything past its end (`finish`). A line over `limits.MAX_LINE` bytes breaks the
 protocol; it is never buffered whole. The engine, and with it the episode's truth, stays in the
@@ -42,7 +42,8 @@ from finality_gym.policy import Brief, Call, Policy, PolicyError
 
 from . import bwrap
 from .limits import MAX_LINE, PASSED, TIMEOUT_VARIABLE, policy_timeout
-from .spec import ROOT, PolicySpec
+from .host import command_line
+from .spec import PolicySpec, import_path
 
 STARTUP_S = 60.0
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "OPENBLAS_CORETYPE",
@@ -87,15 +88,12 @@ class ExternalPolicy(Policy):
         if self.sandbox:
             shown, target, source, path, self._shown = bwrap.shown_for(self.target, self.source)
             env = {**{k: v for k, v in env.items() if k not in ("HOME", "TMPDIR", "VIRTUAL_ENV")},
-                   "HOME": "/tmp", "PYTHONPATH": os.pathsep.join([*path, str(ROOT)]),
-                   **{k: os.environ[k] for k in PASSED if k in os.environ}}
-            argv = bwrap.command([sys.executable, "-m", "agents.host", target, self.cls,
-                                  source, self.digest], shown, env)
+                   "HOME": "/tmp", **{k: os.environ[k] for k in PASSED if k in os.environ}}
+            argv = bwrap.command(command_line(target, self.cls, source, self.digest, path),
+                                 shown, env)
         else:
-            env["PYTHONPATH"] = os.pathsep.join(
-                [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-            argv = [sys.executable, "-m", "agents.host", self.target, self.cls,
-                    str(self.source), self.digest]
+            argv = command_line(self.target, self.cls, str(self.source), self.digest,
+                                import_path())
         self.proc = subprocess.Popen(argv, cwd=os.getcwd(), env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, start_new_session=True)
         self._buffer = b""

@@ -3,8 +3,8 @@ runs the policy's code (`agents/host.py` is the process that never does).
 
 The fork server, forked from the host before anything else, imports the policy's code once
 (`load_class`: that file, with that content, and nothing else), is refused if the import left
-anything that would outlive it in a fork (a thread, a file descriptor, a writable shared
-mapping, a signal handler, a tracing hook, its namespaces or mounts: `left_by_import`; a
+anything that would outlive it in a fork (a thread, a file descriptor, a shared mapping,
+read-only or not, a signal handler, a tracing hook, its namespaces or mounts: `left_by_import`; a
 process: the host looks), and then forks a case whenever the host asks, and nothing else
 (`serve`). Each case connects to the host's listening socket, says it is ready, reads its brief
 and plays it (`_case`, `_play`); a failure of the policy's is said in one line (`why`) and its
@@ -119,18 +119,22 @@ def _play(cls, brief: dict, read, send) -> None:
 
 def _state(protocol: set[int]) -> dict:
     """What a process holds that could carry something from one fork of it to the next: its
-    threads, its file descriptors (beyond `protocol`), its writable shared mappings, its signal
+    threads, its file descriptors (beyond `protocol`), its shared mappings that can be written
+    (read-only ones too: a case can make them writable again, `writable_shared`), its signal
     handlers (native and Python's), Python's tracing and collection hooks, its namespaces, root,
     working directory and mounts (a filesystem mounted at import would be every case's)."""
+    from agents.case_checks import mapped, writable_shared
+    shared = writable_shared("self")
     fds = {int(f) for f in os.listdir("/proc/self/fd")} - protocol
     status = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text()
                   .splitlines() if ":\t" in line)
     return {
         "threads": len(os.listdir("/proc/self/task")),
         "file descriptors": {f for f in fds if os.path.exists(f"/proc/self/fd/{f}")},
-        "shared writable mappings": {_mapped(line.split())
-                                     for line in Path("/proc/self/maps").read_text().splitlines()
-                                     if line.split()[1][1] == "w" and line.split()[1][3] == "s"},
+        "shared writable mappings": {mapped(line) for line in shared
+                                     if line.split()[1][1:2] == b"w"},
+        "shared read-only mappings": {mapped(line) for line in shared
+                                      if line.split()[1][1:2] != b"w"},
         "signal handlers": (status.get("SigCgt", "").strip(), status.get("SigIgn", "").strip(),
                             tuple(signal.getsignal(s) for s in signal.valid_signals()
                                   if s not in (signal.SIGKILL, signal.SIGSTOP))),
@@ -142,18 +146,12 @@ def _state(protocol: set[int]) -> dict:
     }
 
 
-def _mapped(fields: list[str]) -> str:
-    """What a line of /proc/self/maps maps: a file, or anonymous memory (shown as /dev/zero)."""
-    name = " ".join(fields[5:])
-    return "anonymous" if not name or name.startswith("/dev/zero") else name
-
-
 def left_by_import(before: dict, after: dict) -> list[str]:
     """What importing the policy left that every case would share (nothing is allowed)."""
     found = []
     if after["threads"] > before["threads"]:
         found.append(f"{after['threads'] - before['threads']} thread(s) running")
-    for kind in ("file descriptors", "shared writable mappings"):
+    for kind in ("file descriptors", "shared writable mappings", "shared read-only mappings"):
         if extra := after[kind] - before[kind]:
             found.append(f"{kind} open ({', '.join(map(str, sorted(extra)))})")
     if after["signal handlers"] != before["signal handlers"]:
@@ -167,18 +165,20 @@ def left_by_import(before: dict, after: dict) -> list[str]:
     return found
 
 
-def serve(target: str, name: str, source: Path, digest: str, control: socket.socket,
-            address: str) -> None:
+def serve(target: str, name: str, source: Path, digest: str, path: list[str],
+          control: socket.socket, address: str) -> None:
     """Import the policy's code once, check that the import left nothing behind, then fork one
     case per request on `control`; nothing else. It reads no case's data, so every case starts
     from the same state: the one the import made. Its words to the host go over `control`: b"r"
-    and the class's name, or b"u" and why it cannot be loaded."""
+    and the class's name, or b"u" and why it cannot be loaded. The policy's import path `path`
+    is put first here, never in the host (`agents/host.py` says why)."""
     sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
     if sandboxed:  # bound before the import (which can still change what they run: the host
         # checks every case from /proc)
         from agents.isolation import enter_case, enter_worker, isolate_worker, restrict_case
         enter_worker()
     before = _state({control.fileno()})
+    sys.path[:0] = path
     try:
         cls = load_class(target, name, source, digest)
     except BaseException as exc:  # noqa: BLE001 - a module may raise anything on import

@@ -1,11 +1,18 @@
-"""`python -m agents.host TARGET CLASS SOURCE DIGEST`: the process an outside policy runs in.
+"""The process an outside policy runs in (`command_line`: TARGET CLASS SOURCE DIGEST PATH).
 
 TARGET is a file (`path/to/my_policy.py`) or a module (`mypkg.policies`), CLASS a `Policy`
-subclass in it, SOURCE the file the grader hashed for the run's manifest (`PolicySpec.source()`)
-and DIGEST its SHA-256. The host runs only that file with that content: a module that Python
-finds elsewhere on its path (a package of the same name, a module already imported), or a file
-edited since it was hashed, is refused, so the rows are always those of the code the manifest
-names. The grader starts this process (`agents.external.ExternalPolicy`) and speaks JSON lines
+subclass in it, SOURCE the file the grader hashed for the run's manifest (`PolicySpec.source()`),
+DIGEST its SHA-256 and PATH (JSON) where the policy's modules are found. The host runs only that
+file with that content: a module that Python finds elsewhere on its path (a package of the same
+name, a module already imported), or a file edited since it was hashed, is refused, so the rows
+are always those of the code the manifest names.
+
+No file of the policy's is on the host's own import path: Python imports some modules by name
+on its own (`sitecustomize` at start, `org` when `copy` is imported, ...), and a package of the
+policy's by such a name would run in the host, which sees every case. The host runs in Python's
+isolated mode (`-I`: no PYTHONPATH, no user site, not the working directory), with only the
+repository put first; the fork server adds PATH to its path after it has forked from the host,
+just before it imports the policy. The grader starts this process (`agents.external.ExternalPolicy`) and speaks JSON lines
 with it over its standard input and output; this process, and only it, holds that channel:
 
     host -> grader   {"ready": NAME} | {"unloadable": TEXT}       NAME: the class's `name`
@@ -24,16 +31,16 @@ returns: the same table and messages a language model gets.
 Three kinds of process. This one, the host, never imports the policy's code. The fork server
 (the zygote), forked from the host before anything else, closes the grader's channel, imports
 the policy's code once, is refused if the import left anything that would outlive it in a fork
-(a thread, a file descriptor, a writable shared mapping, a signal handler, a tracing hook:
+(a thread, a file descriptor, a shared mapping, read-only or not, a signal handler, a tracing hook:
 `left_by_import`; a process: the host looks), and then forks a case whenever the host asks,
 and nothing else: it reads no case's data, sees no exit status, and is told nothing but "fork".
 Each case connects to the host's listening socket, the one channel made for it; the host checks
 the process that connected before it sends the brief, relays its messages to the grader with the
 case's token, and kills it when the grader says the case ended. Every case is thus a copy of the
 same post-import state: a module-level counter or anything else a case changes dies with it. A
-case that sends anything past its turn or its end is an error. The grader runs the cases of a
-chunk in an unrecorded order and gives every chunk a fresh host, so counting cases tells a
-policy nothing. The engine, and the episode's truth, are never in these processes. Anything the
+case that sends anything past its turn or its end is an error. The grader shuffles the jobs of a
+run across its chunks in an unrecorded order and gives every chunk a fresh host, so counting
+cases tells a policy nothing of its place. The engine, and the episode's truth, are never in these processes. Anything the
 policy prints goes to standard error, through the host, which relays a capped amount; its
 tracebacks too. Numerical libraries run on one thread (`OPENBLAS_NUM_THREADS=1` and the like,
 set by the grader): a thread pool started at import could not be forked.
@@ -67,6 +74,7 @@ from agents.bwrap import HOSTDIR
 from agents.case_checks import case_problems, expected_mounts, others, peer
 from agents import fork_server
 from agents.limits import MAX_LINE, STDERR_CASE, STDERR_TOTAL
+from agents.spec import ROOT
 
 
 class _GraderGone(Exception):
@@ -337,8 +345,21 @@ class _Unloadable(Exception):
     """Why the policy's code could not be loaded (said to the grader as is)."""
 
 
+# The host's start: the repository first on the path of an isolated interpreter, nothing else.
+BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from agents.host import main; "
+        "sys.exit(main())")
+
+
+def command_line(target: str, cls: str, source: str, digest: str, path: list[str]) -> list[str]:
+    """How the grader starts a host: `python -I` (isolated: PYTHONPATH, the user site and the
+    working directory are not on its import path), the repository put first by `BOOT`, and the
+    policy's import path `path` as an argument, which only the fork server takes up."""
+    return [sys.executable, "-I", "-c", BOOT, str(ROOT), target, cls, source, digest,
+            json.dumps(path)]
+
+
 def main() -> int:
-    policy = (sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4])
+    policy = (sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4], json.loads(sys.argv[5]))
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
     # Sandboxed, a socket in the host's own folder, which the policy's code may reach but not

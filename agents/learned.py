@@ -30,10 +30,15 @@ every episode from a fresh state. A model trained on a stack of the last N obser
 (Gymnasium's `FrameStackObservation`, `python -m train --frame-stack N`) is given the same
 stack, emptied at every episode's start. MaskablePPO is given the env's action masks; the others may
 choose a masked action, which the world refuses like any late `ship`.
+
+A network run outside torch (`onnx:`, `agents/onnx_policy.py`) samples as SB3 does with what is
+here (`probabilities`, `Exponentials`), and is checked on load on the env's own observations
+(`real_steps`).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -46,9 +51,11 @@ from .algorithms import ALGORITHMS, Algorithm
 from .sb3_archive import built_policy, finality_spaces, read_data, unpickled_model
 from .vecnormalize import normalization, normalization_file
 
-__all__ = ["GymPolicy", "load_sb3", "normalization_file", "sb3_policy"]
+__all__ = ["Exponentials", "GymPolicy", "load_sb3", "normalization_file", "probabilities",
+           "real_steps", "sb3_policy"]
 
 Predict = Callable[[np.ndarray, np.ndarray], int]
+MASKED = -1e8  # what MaskablePPO gives a masked action's logit
 
 
 class GymPolicy(Policy):
@@ -208,3 +215,77 @@ class _Recurrent:
                                                 deterministic=self.deterministic)
         self.episode_start = self._LATER
         return int(action)
+
+
+class Exponentials:
+    """The random numbers `torch.multinomial(probs, 1, True)` draws to sample one action (as
+    SB3's `Categorical.sample()` calls it): one `exponential_` of a float32 [1, n] tensor from a
+    torch generator, the action being the argmax of `probs / draws` (torch's own fast path for a
+    single sample). The generator is seeded as `torch.manual_seed(seed)` seeds torch's, so the
+    draws are those `sb3:` makes."""
+
+    def __init__(self, n: int):
+        try:
+            import torch
+        except ImportError as exc:
+            raise ImportError("onnx:PATH samples with torch's generator, as sb3: does: it needs "
+                              "the 'train' extra (pip install -e .[train]); onnx-greedy:PATH "
+                              "needs only the 'onnx' extra") from exc
+        self.generator = torch.Generator()
+        self.tensor = torch.empty((1, n), dtype=torch.float32)
+        self.array = self.tensor.numpy()  # the same memory
+
+    def seed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def draw(self) -> np.ndarray:
+        self.tensor.exponential_(1.0, generator=self.generator)
+        return self.array[0]
+
+
+def probabilities(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """SB3's `Categorical(logits=...)` probabilities, in float32 (`MaskableCategorical`'s, the
+    mask applied, when `mask` is given): the logits normalized by their log-sum-exp, masked and
+    normalized again, then their softmax."""
+    logits = logits - _logsumexp(logits)
+    if mask is not None:
+        logits = np.where(mask, logits, np.float32(MASKED))
+        logits = logits - _logsumexp(logits)
+    exp = np.exp(logits - logits.max())
+    return exp / exp.sum()
+
+
+def _logsumexp(x: np.ndarray) -> np.float32:
+    top = x.max()
+    return top + np.log(np.exp(x - top).sum())
+
+
+PROBE_EPISODES = 2  # per probe arm: the episodes a load check plays (`real_steps`)
+
+
+@lru_cache(maxsize=1)
+def real_steps() -> tuple[tuple[np.ndarray, np.ndarray, bool], ...]:
+    """(observation, action mask, whether it starts an episode) at every step of
+    `PROBE_EPISODES` episodes of the env under each probe arm, from fixed seeds, acting at
+    random among the allowed actions and mostly short of a disposition (so that episodes run
+    on): what a policy meets when graded, where one checked on zeros alone can hide what it
+    does (`agents/onnx_policy.py`'s load check)."""
+    from finality_gym.env import FinalityEnv
+    from finality_gym.episode import PROBE_ARMS
+    from finality_gym.world import DISPOSITIONS
+    rng = np.random.default_rng(0)
+    final = np.array([tool in DISPOSITIONS for tool, _ in
+                      ObservationEncoder(DEFAULT_WAITS).actions])
+    steps = []
+    for arm in PROBE_ARMS:
+        env = FinalityEnv(probe=arm, wait_ticks=DEFAULT_WAITS)
+        for seed in range(PROBE_EPISODES):
+            obs, _ = env.reset(seed=seed)
+            done, first = False, True
+            while not done:
+                mask = env.action_masks()
+                steps.append((obs, mask, first))
+                going = mask & ~final if rng.random() < 0.9 and (mask & ~final).any() else mask
+                obs, _, ended, cut, _ = env.step(int(rng.choice(np.flatnonzero(going))))
+                done, first = ended or cut, False
+    return tuple(steps)

@@ -18,18 +18,19 @@ Python (docs/trust.md):
    tmpfs for what the import writes, the host's folder read-only, its own seccomp filter (no
    ptrace, no reading another process's memory or descriptors, no IPC object that outlives it,
    no socket anyone could connect to: no bind, no listen, no socket pair, only unix stream
-   sockets, which can only connect, and the one listener is the host's) and no capability
-   (`enter_worker`). This is kernel state: the import, and the hooks it may
-   leave in the fork server (which runs them before every fork), can change the fork server's
-   memory, never this. After the import it takes another user namespace, for its cases
-   (`isolate_worker`). Every case is two forks away from it: the first (`enter_case`) makes
-   fresh pid and mount namespaces and mounts a fresh, size-capped tmpfs on the scratch
-   folder (`/scratch`, the case's `$TMPDIR` and `$HOME`) and on `/dev/shm`, then forks the case
-   as pid 1 of its namespace and exits; the case (`restrict_case`) connects to the host, keeps
-   only that socket and the capped stderr relay, then takes limits (address space, file size,
-   CPU time, open files), drops every capability and takes the case filter (no new process,
-   only threads; no new socket; no System V or POSIX message-queue IPC object; no keyring, no
-   ptrace, no mount, no namespace). Nothing of a writable place, not its times, modes, extended
+   sockets, which can only connect, and the one listener is the host's; no query or eviction
+   of the page cache) and no capability (`enter_worker`). This is kernel state: the import,
+   and the hooks it may leave in the fork server (which runs them before every fork), can
+   change the fork server's memory, never this. After the import it takes another user
+   namespace, for its cases (`isolate_worker`). Every case is two forks away from it: the
+   first (`enter_case`) makes fresh pid and mount namespaces and mounts a fresh, size-capped
+   tmpfs on the scratch folder (`/scratch`, the case's `$TMPDIR` and `$HOME`) and on
+   `/dev/shm`, then forks the case as pid 1 of its namespace and exits; the case
+   (`restrict_case`) connects to the host, keeps only that socket and the capped stderr relay,
+   then takes limits (address space, file size, CPU time, open files), drops every capability
+   and takes the case filter (no new process, only threads; no new socket; no System V or POSIX
+   message-queue IPC object; no keyring, no ptrace, no mount, no namespace; no query or
+   eviction of the page cache). Nothing of a writable place, not its times, modes, extended
    attributes or inode numbers, reaches the next case: each gets new ones. No socket, abstract
    or not, is shared between cases or with the fork server: none of them can listen.
 
@@ -37,11 +38,24 @@ Python (docs/trust.md):
    its brief (`case_problems`): pid 1 of a new pid namespace, a mount namespace of its own,
    exactly the expected mounts with its writable places on filesystems the fork
    server neither mounts nor holds open, no capability, the limits, one thread, only its own
-   descriptors, no shared writable mapping. The steps above that run in the fork server's
-   memory (the case's filter, say) a hostile import can undo; what the host checks, and the
-   kernel state taken before the import, it cannot. The host ends each case by killing its pid
-   namespace once the grader says the case ended, and refuses a policy whose import, or whose
-   fork server, leaves any other process (`others`).
+   descriptors, no shared mapping that can be written, read-only or not (a case can make a
+   read-only one writable with mprotect; a file opened read-only, which nothing can write,
+   passes, as the C library's gconv cache in every process does). The steps above that run in
+   the fork server's memory (the case's filter, say) a hostile import can undo; what the host
+   checks, and the kernel state taken before the import, it cannot. The host ends each case by
+   killing its pid namespace once the grader says the case ended, and refuses a policy whose
+   import, or whose fork server, leaves any other process (`others`).
+
+   The page cache is the machine's, and every case of every entry reads the same files (the
+   interpreter, its libraries, the policy's own): which pages of a file are cached is state a
+   case could set (a read caches a page, advice evicts it) and a later one read, in its chunk,
+   in another chunk or entry, or in a later run. Both filters refuse what asks what is cached
+   and what evicts (mincore, cachestat, fadvise, madvise's MADV_COLD, MADV_PAGEOUT and
+   MADV_REMOVE, preadv2's RWF_NOWAIT and RWF_DONTCACHE, Linux AIO; `agents/seccomp.py` says
+   which and why). The fork server's holds for every case whatever the import rewrites. What
+   is left: a case still caches what it reads, and a read from the disk takes longer (40-300
+   us against 1-3 us here: a later case that times its reads reads the bits), and the fork
+   server's import still sees its own page faults in /proc/self. docs/trust.md says so.
 
    (A per-case user namespace and a seccomp filter built per case were measured at 11 ms a
    case and are made once in the fork server; a network namespace per case cost 1.5 ms more,
@@ -91,10 +105,12 @@ def layers() -> dict:
                     "or exit statuses); own pid and mount namespaces; writable only "
                     "$TMPDIR (/scratch) and /dev/shm, a fresh 64 MiB tmpfs each; /tmp and /dev "
                     "read-only; no new processes, sockets, namespaces, mounts, System V or "
-                    "message-queue IPC, keyrings or ptrace (seccomp)",
+                    "message-queue IPC, keyrings or ptrace, no query or eviction of the page "
+                    "cache (seccomp)",
             "channel": "one socket per case, accepted by the host and checked from /proc "
                        "before the brief (pid namespace, filter, capabilities, descriptors, "
-                       "mappings); the case's pid namespace killed at its end; no process but "
+                       "no shared mapping that can be written); the case's pid namespace killed "
+                       "at its end; no process but "
                        "the host and the fork server outlives a case",
             "output": f"protocol lines at most {MAX_LINE} bytes; standard error relayed up to "
                       f"{STDERR_CASE} bytes a case, {STDERR_TOTAL} a process",
@@ -110,9 +126,10 @@ def self_test() -> dict:
     would be, through the same layers, each checked from /proc as the host checks it; the first
     leaves marks on its writable places (a file, times, mode bits, an extended attribute) and an
     abstract socket; from inside, a case can see no process of the grader, write nowhere but its
-    scratch folder, reach no listener the grader holds on the loopback, start no process, and
-    the second sees nothing of the first (not even by the inode number of a new file). Returns
-    the layers in force; raises if one of these holds."""
+    scratch folder, reach no listener the grader holds on the loopback, start no process, ask
+    what the page cache holds or evict from it, and the second sees nothing of the first (not
+    even by the inode number of a new file). Returns the layers in force; raises if one of
+    these holds."""
     reason = unavailable()
     if reason is not None:
         raise SandboxError(reason)
@@ -171,6 +188,7 @@ def _probe(grader_pid: int, port: int, code: str, first: bool) -> dict:
     except OSError:
         abstract = None
     found["made a socket"] = abstract is not None
+    found["queried or evicted the page cache"] = _page_cache_calls() or False
     if first:
         os.utime(SCRATCH, (1, 1))
         os.chmod("/dev/shm", 0o700)
@@ -197,6 +215,39 @@ def _probe(grader_pid: int, port: int, code: str, first: bool) -> dict:
         pass
     found["saw what an earlier case left"] = bool(seen)
     return found
+
+
+def _page_cache_calls() -> list[str]:
+    """The calls that ask what the page cache holds, or evict from it, that ran here (on a
+    page of the interpreter); none may."""
+    import ctypes
+    import mmap
+    import resource
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long)
+    fd = os.open(sys.executable, os.O_RDONLY)
+    page = ctypes.c_void_p(libc.mmap(None, mmap.PAGESIZE, mmap.PROT_READ, mmap.MAP_PRIVATE, fd,
+                                     0))
+    calls = {"mincore": lambda: libc.mincore(page, mmap.PAGESIZE, (ctypes.c_ubyte * 1)()),
+             "cachestat": lambda: libc.syscall(451, fd, (ctypes.c_uint64 * 2)(0, mmap.PAGESIZE),
+                                               (ctypes.c_uint64 * 5)(), 0),
+             "madvise (MADV_PAGEOUT)": lambda: libc.madvise(page, mmap.PAGESIZE, 21),
+             "posix_fadvise": lambda: os.posix_fadvise(fd, 0, 1, os.POSIX_FADV_DONTNEED),
+             "preadv2 (RWF_NOWAIT)": lambda: os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT),
+             "getrusage": lambda: resource.getrusage(resource.RUSAGE_SELF)}
+    ran = []
+    for name, call in calls.items():
+        try:
+            if call() != -1:  # (a C call's -1: it failed, refused or not there)
+                ran.append(name)
+        except BlockingIOError:  # RWF_NOWAIT's answer: not cached
+            ran.append(name)
+        except OSError:  # refused, or not there: it told nothing
+            pass
+    os.close(fd)
+    return ran
 
 
 def _self_test_cases(argv: list[str]) -> dict:

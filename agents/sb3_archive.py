@@ -9,14 +9,18 @@ from `policy.pth` through `torch.load(weights_only=True)`, which refuses anythin
 the optimizer's state and the training-time fields are never read. An argument SB3 kept only as
 a pickle (a custom features extractor, an activation outside a short list of torch's) is refused
 by name. The policy so built predicts exactly as the model SB3 loads: a model's `predict` is its
-policy's. `unpickled_model` loads through SB3's own `load` instead, running the archive's
-pickles: only for files one trusts (`allow_pickle`, `agents/learned.py`).
+policy's. What is read is bounded before it is read or built: the zip's directory, each member's
+inflated size and ratio (`opened`, `member`), the weights' own archive and index (`_weights`),
+the policy's widths, depth and parameters, counted from its arguments (`_checked_size`).
+`unpickled_model` loads through SB3's own `load` instead, running the archive's pickles: only for
+files one trusts (`allow_pickle`, `agents/learned.py`).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
 import pickle
 import re
 import zipfile
@@ -31,8 +35,58 @@ from finality_gym.encoder import DEFAULT_WAITS
 from finality_gym.env import FinalityEnv
 
 from .algorithms import ALGORITHMS, PPO_ALGORITHMS, Algorithm
+from .vecnormalize import check_pickle
 
 MAX_STACK = 64  # observations a frame-stacked model may stack (`stack_depth`)
+# The policy a model may build (`_checked_size`): SB3 initializes a layer of n units in time
+# ~n**3 (orthogonal initialization), so [12288, 12288] stalls the grader for minutes, while
+# [2048, 2048] for actor and critic (8.7M parameters) is built in about a second. SB3's default
+# is [64, 64]; the shipped PPO has 50,321 parameters.
+MAX_WIDTH = 2048  # units of a layer, an LSTM's hidden size, QR-DQN's quantiles
+MAX_LAYERS = 64  # layers of one network, or of an LSTM
+MAX_PARAMETERS = 1 << 24
+# What is read of a zip, and at most how much (`opened`, `member`): the directory that `zipfile`
+# holds whole in memory (SB3's: 372 bytes; a bundle's 2,000 files: ~0.5 MB), a model's `data`
+# JSON (10-20 KB) and its weights (4 bytes a parameter, and their index); SB3 and torch store
+# their members, so a ratio of inflated to stored size beyond `ZIP_RATIO` is a bomb's.
+ZIP_DIRECTORY = 1 << 20
+MEMBER_BYTES = {"data": 4 << 20, "policy.pth": 4 * MAX_PARAMETERS + (1 << 20)}
+ZIP_RATIO = 100
+
+
+def opened(source: Path | io.BytesIO, where: str) -> zipfile.ZipFile:
+    """The zip archive `source`, opened once its central directory, which `zipfile` parses whole
+    into objects (each entry 46 bytes or more on disk, ten times that in memory), is known to be
+    at most `ZIP_DIRECTORY` bytes (the ZIP64 directory's, if it has one, as `zipfile` reads)."""
+    if isinstance(source, Path):
+        with open(source, "rb") as handle:
+            end = zipfile._EndRecData(handle)  # zipfile's own reading of the directory's size
+    else:
+        end = zipfile._EndRecData(source)
+    if end is None:
+        raise ValueError(f"{where} is not a zip archive")
+    if end[zipfile._ECD_SIZE] > ZIP_DIRECTORY:
+        raise ValueError(f"{where}: its zip directory is {end[zipfile._ECD_SIZE]:,} bytes, over "
+                         f"the limit of {ZIP_DIRECTORY:,} (ZIP_DIRECTORY)")
+    return zipfile.ZipFile(source)
+
+
+def member(archive: zipfile.ZipFile, name: str, limit: int, where: str, label: str) -> bytes:
+    """The member `name` of `archive`, read once its inflated size is known to be at most
+    `ZIP_RATIO` times its stored size and at most `limit` bytes (named `label` in the refusal),
+    and read to at most `limit` bytes whatever its header said."""
+    info = archive.getinfo(name)
+    if info.file_size > ZIP_RATIO * max(info.compress_size, 1):
+        raise ValueError(f"{where}: its member {name} inflates {info.file_size:,} bytes from "
+                         f"{info.compress_size:,}, a ratio over {ZIP_RATIO} (ZIP_RATIO)")
+    if info.file_size > limit:
+        raise ValueError(f"{where}: its member {name} inflates to {info.file_size:,} bytes, over "
+                         f"the limit of {limit:,} ({label})")
+    with archive.open(info) as stream:
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{where}: its member {name} inflates past {limit:,} bytes ({label})")
+    return data
 
 
 def read_data(path: Path, kind: str) -> tuple[dict, Algorithm, int]:
@@ -47,9 +101,12 @@ def read_data(path: Path, kind: str) -> tuple[dict, Algorithm, int]:
         raise FileNotFoundError(f"no model file at {path}")
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path} is not a stable-baselines3 model (not a zip archive)")
+    with opened(path, str(path)) as archive:
+        if "data" not in archive.namelist():
+            raise ValueError(f"{path} is not a stable-baselines3 model (no data member)")
+        text = member(archive, "data", MEMBER_BYTES["data"], str(path), "MEMBER_BYTES['data']")
     try:
-        with zipfile.ZipFile(path) as archive:
-            data = json.loads(archive.read("data"))
+        data = json.loads(text)
         algorithm = _algorithm(data)
         saved = {"observation": _saved_space(data["observation_space"]),
                  "action": _saved_space(data["action_space"])}
@@ -117,10 +174,13 @@ def built_policy(path: Path, data: dict, cls, stack: int = 1):
     expected = finality_spaces(stack)
     policy_class = _policy_class(path, data["policy_class"], cls)
     arguments = _policy_arguments(path, data.get("policy_kwargs") or {})
+    _checked_size(path, cls.__name__, arguments, expected["observation"].shape)
     schedule = (_no_learning,) if ALGORITHMS[cls.__name__].scheduled else ()
     try:
-        with zipfile.ZipFile(path) as archive:
-            weights = archive.read("policy.pth")
+        weights = _weights(path)
+    except ValueError as exc:  # no weights, not torch's archive, or over a limit
+        raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc}") from None
+    try:
         state = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         reason = re.search(r"WeightsUnpickler error:\s*([^\n]*)", str(exc))
@@ -136,6 +196,72 @@ def built_policy(path: Path, data: dict, cls, stack: int = 1):
         raise ValueError(f"{path} could not be loaded as {cls.__name__}: {reason}") from None
     policy.set_training_mode(False)
     return policy
+
+
+def _weights(path: Path) -> bytes:
+    """`policy.pth`, within `MEMBER_BYTES`, once its own archive (torch's) is known to hold
+    stored records only, no more of them than its bytes (records that overlap would each be
+    read whole) and an index (`data.pkl`) that `check_pickle` passes."""
+    where = f"{path}'s policy.pth"
+    with opened(path, str(path)) as archive:
+        if "policy.pth" not in archive.namelist():
+            raise ValueError(f"{path} has no policy.pth: no weights to load")
+        weights = member(archive, "policy.pth", MEMBER_BYTES["policy.pth"], str(path),
+                         "MEMBER_BYTES['policy.pth']")
+    with opened(io.BytesIO(weights), where) as inner:
+        records = inner.infolist()
+        if any(r.compress_type != zipfile.ZIP_STORED for r in records) or sum(
+                r.file_size for r in records) > len(weights):
+            raise ValueError(f"{where} holds records compressed, or more than its bytes: torch "
+                             "stores each once, as the grader reads them")
+        for record in records:
+            if record.filename.endswith("/data.pkl") or record.filename == "data.pkl":
+                check_pickle(inner.read(record), f"{where} ({record.filename})")
+    return weights
+
+
+def _checked_size(path: Path, algorithm: str, arguments: dict, shape: tuple[int, ...]) -> None:
+    """Refuses, before anything is built, a policy with a layer wider than `MAX_WIDTH`, a
+    network deeper than `MAX_LAYERS` or more than `MAX_PARAMETERS` parameters, counted from its
+    arguments as the algorithm's policy class builds its networks (an upper bound: the
+    recurrent critic counted as an LSTM of its own, ARS's LinearPolicy as its MlpPolicy)."""
+    net = arguments.get("net_arch")
+    net = [64, 64] if net is None else net  # every policy's default
+    pi, vf = (net.get("pi", []), net.get("vf", [])) if isinstance(net, dict) else (net, net)
+    quantiles = arguments.get("n_quantiles", 200 if algorithm == "QRDQN" else 1)
+    hidden, depth = arguments.get("lstm_hidden_size", 256), arguments.get("n_lstm_layers", 1)
+    for name, layers in (("net_arch pi", pi), ("net_arch vf", vf)):
+        if not isinstance(layers, list) or len(layers) > MAX_LAYERS:
+            raise ValueError(f"{path}'s policy_kwargs {name} is {layers!r}, not a list of at "
+                             f"most {MAX_LAYERS} widths (MAX_LAYERS)")
+    sizes = [(f"net_arch {what}", n, MAX_WIDTH, "MAX_WIDTH") for what, layers in
+             (("pi", pi), ("vf", vf)) for n in layers]
+    sizes += [("n_quantiles", quantiles, MAX_WIDTH, "MAX_WIDTH"),
+              ("lstm_hidden_size", hidden, MAX_WIDTH, "MAX_WIDTH"),
+              ("n_lstm_layers", depth, MAX_LAYERS, "MAX_LAYERS")]
+    for name, n, limit, label in sizes:
+        if type(n) is not int or not 1 <= n <= limit:
+            raise ValueError(f"{path}'s policy_kwargs {name} is {n!r}, not a whole number from 1 "
+                             f"to {limit:,} ({label})")
+    inputs, actions = math.prod(shape), int(finality_spaces()["action"].n)
+    if algorithm in ("DQN", "QRDQN", "ARS"):  # a Q-network (and its target), or ARS's one
+        count = (1 if algorithm == "ARS" else 2) * _mlp(inputs, pi, actions * quantiles)
+    else:
+        lstm = sum(4 * hidden * ((inputs if i == 0 else hidden) + hidden) + 8 * hidden
+                   for i in range(depth)) if algorithm == "RecurrentPPO" else 0
+        width = hidden if lstm else inputs
+        count = 2 * lstm + _mlp(width, pi, actions) + _mlp(width, vf, 1)
+    if count > MAX_PARAMETERS:
+        raise ValueError(f"{path}'s policy would have {count:,} parameters, over the limit of "
+                         f"{MAX_PARAMETERS:,} (MAX_PARAMETERS)")
+
+
+def _mlp(width: int, layers: list[int], out: int) -> int:
+    """The parameters of linear layers of `layers` units, then `out`, on `width` inputs."""
+    count = 0
+    for units in [*layers, out]:
+        count, width = count + width * units + units, units
+    return count
 
 
 def _no_learning(_progress: float) -> float:

@@ -1,7 +1,20 @@
 """The seccomp filters of the sandbox (`agents/sandbox.py`), as classic-BPF programs: the fork
 server's, taken before the policy's import, and every case's, built once in the fork server
 (`agents/isolation.py` installs them). Both name the system calls they refuse by number, per
-architecture; a call from another architecture's table (x32 on x86_64) kills the process.
+architecture; a call from another architecture's table (x32 on x86_64) kills the process. A few
+calls are refused by an argument: madvise by its advice, preadv2 and pwritev2 by their flags
+(the low word of the argument: the kernel reads these as 32-bit ints).
+
+The page cache is shared by every process that reads the same file, and every case of every
+entry reads the same interpreter, libraries and policy files: a case that could see which pages
+of a file are cached, or drop pages from the cache, could leave bits there for a later case, of
+its chunk, of another chunk or entry, or of a later run. So both filters refuse what reports
+what is cached or evicts it (`PAGE_CACHE`, `EVICTING_ADVICE`, `CACHE_FLAGS`): the fork server's
+holds for every case whatever the import does (a hostile import can rewrite the case's filter,
+which is built in its memory; it cannot remove the fork server's, which every case inherits).
+What no filter refuses: a read still caches what it reads, and takes longer when it goes to the
+disk (a later case that times its reads reads the bits), and the import sees its own page
+faults in /proc/self (docs/trust.md, "What the sandbox does not cover").
 """
 
 from __future__ import annotations
@@ -12,6 +25,7 @@ CLONE_THREAD = 0x10000  # the one clone a case may make: a thread
 
 # The system calls a case may not make (numbers per architecture). Processes: only threads
 # (clone with CLONE_THREAD; clone3 says ENOSYS so that the C library falls back to clone).
+# ("fadvise64" is fadvise64_64 on aarch64, the same call.)
 _ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 NUMBERS = {
     "x86_64": {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "ptrace": 101,
@@ -21,56 +35,92 @@ NUMBERS = {
                "userfaultfd": 323, "io_uring_setup": 425, "capset": 126, "shmget": 29,
                "semget": 64, "msgget": 68, "mq_open": 240,
                "pidfd_getfd": 438, "close_range": 436, "socket": 41, "socketpair": 53,
-               "bind": 49, "listen": 50},
+               "bind": 49, "listen": 50, "mincore": 27, "madvise": 28, "getrusage": 98,
+               "io_setup": 206, "io_submit": 209, "fadvise64": 221, "move_pages": 279,
+               "preadv2": 327, "pwritev2": 328, "process_madvise": 440, "cachestat": 451},
     "aarch64": {"clone": 220, "clone3": 435, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "add_key": 217, "request_key": 218, "keyctl": 219,
                 "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
                 "bpf": 280, "perf_event_open": 241, "userfaultfd": 282, "io_uring_setup": 425,
                 "capset": 91, "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180,
                 "pidfd_getfd": 438, "close_range": 436,
-                "socket": 198, "socketpair": 199, "bind": 200, "listen": 201},
+                "socket": 198, "socketpair": 199, "bind": 200, "listen": 201,
+                "mincore": 232, "madvise": 233, "getrusage": 165, "io_setup": 0,
+                "io_submit": 2, "fadvise64": 223, "move_pages": 239, "preadv2": 286,
+                "pwritev2": 287, "process_madvise": 440, "cachestat": 451},
 }
 SYSCALLS = NUMBERS.get(platform.machine(), {})
+# What makes the page cache a channel, refused to the fork server and every case: the queries
+# of what is cached (mincore, cachestat; move_pages, whose status says which pages are mapped,
+# and so which neighbours a fault mapped from the cache; getrusage, whose fault and block counts
+# say whether a read went to the disk), the advice that evicts (fadvise64; process_madvise, the
+# advice of madvise on any process, this one too) and Linux AIO (io_setup, io_submit), which
+# can ask a read not to wait (RWF_NOWAIT) in memory a filter cannot read. (io_uring_setup is
+# refused in both lists anyway.)
+PAGE_CACHE = ("mincore", "cachestat", "move_pages", "getrusage", "fadvise64", "process_madvise",
+              "io_setup", "io_submit")
+# madvise's advice that evicts or deactivates pages (MADV_REMOVE, MADV_COLD, MADV_PAGEOUT); the
+# C library's malloc needs the rest on its own memory (MADV_DONTNEED drops a mapping's pages,
+# not the cache's).
+EVICTING_ADVICE = (9, 20, 21)
+# preadv2 and pwritev2's flags about the cache: RWF_NOWAIT fails a read of what is not cached
+# (a query), RWF_DONTCACHE drops what it read (a read that leaves no trace: a probe by its
+# time that every later reader could repeat).
+CACHE_FLAGS = 0x08 | 0x80
 DENIED = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "add_key",
           "request_key", "keyctl", "unshare", "setns", "mount", "umount2", "pivot_root",
           "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "shmget", "semget",
-          "msgget", "mq_open", "pidfd_getfd", "socket", "socketpair")
+          "msgget", "mq_open", "pidfd_getfd", "socket", "socketpair", *PAGE_CACHE)
 # The fork server's own, taken before the import (so every case has it too, whatever the import
 # does): it may fork (its cases) and make namespaces and mounts (for them), but it may not read
-# another process (ptrace, its memory, its descriptors), make IPC objects that outlive it, or
-# make a socket anyone could reach: no bind, no listen, no socket pair, no socket but a unix
-# stream one (which can only connect: the one listener in the sandbox is the host's).
+# another process (ptrace, its memory, its descriptors), make IPC objects that outlive it, make
+# a socket anyone could reach (no bind, no listen, no socket pair, no socket but a unix stream
+# one, which can only connect: the one listener in the sandbox is the host's), or query or evict
+# the page cache.
 SERVER_DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "add_key",
                  "request_key", "keyctl", "setns", "pivot_root", "bpf", "perf_event_open",
                  "userfaultfd", "io_uring_setup", "shmget", "semget", "msgget", "mq_open",
-                 "bind", "listen", "socketpair")
+                 "bind", "listen", "socketpair", *PAGE_CACHE)
+
+_LD, _JEQ, _JGE, _JSET, _AND, _RET = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # ld [k] is 32-bit
+_ALLOW, _KILL, _EPERM, _ENOSYS = 0x7FFF0000, 0x80000000, 0x00050000 | 1, 0x00050000 | 38
+
+
+def _argument(nr: int, index: int, values: tuple[int, ...] = (), mask: int = 0) -> list[tuple]:
+    """The call `nr` fails with EPERM when its argument `index` (the low word of `struct
+    seccomp_data`'s args[index], at 16 + 8 * index on a little-endian machine) is one of
+    `values`, or has a bit of `mask`; else it is allowed (no later check is about it)."""
+    tests = ([(_JEQ, len(values) - i, 0, value) for i, value in enumerate(values)] if values
+             else [(_JSET, 1, 0, mask)])
+    body = [(_LD, 0, 0, 16 + 8 * index), *tests, (_RET, 0, 0, _ALLOW), (_RET, 0, 0, _EPERM)]
+    return [(_JEQ, 0, len(body), nr), *body]
 
 
 def seccomp_program(machine: str, denied_names: tuple[str, ...] = DENIED,
                     processes: bool = False) -> list[tuple[int, int, int, int]]:
     """The classic-BPF filter: (code, jt, jf, k) instructions over `struct seccomp_data`; the
-    calls `denied_names` fail with EPERM; unless `processes`, so does every clone but a
-    thread's; with `processes` (the fork server's), so does every socket but a unix stream
-    socket."""
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, kill = 0x7FFF0000, 0x80000000
-    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
+    calls `denied_names` fail with EPERM, and so do madvise with `EVICTING_ADVICE` and preadv2
+    and pwritev2 with `CACHE_FLAGS`; unless `processes`, so does every clone but a thread's;
+    with `processes` (the fork server's), so does every socket but a unix stream socket."""
     numbers = NUMBERS[machine]
     denied = [numbers[name] for name in denied_names if name in numbers]
-    program = [(ld, 0, 0, 4), (jeq, 1, 0, _ARCH[machine]), (ret, 0, 0, kill),  # the arch
-               (ld, 0, 0, 0),                                                     # the call
-               (jge, 0, 1, 0x40000000) if machine == "x86_64" else (jeq, 0, 1, 0xFFFFFFFF),
-               (ret, 0, 0, kill)]                                                 # x32 calls
+    program = [(_LD, 0, 0, 4), (_JEQ, 1, 0, _ARCH[machine]), (_RET, 0, 0, _KILL),  # the arch
+               (_LD, 0, 0, 0),                                                       # the call
+               (_JGE, 0, 1, 0x40000000) if machine == "x86_64" else (_JEQ, 0, 1, 0xFFFFFFFF),
+               (_RET, 0, 0, _KILL)]                                                  # x32 calls
     for nr in denied:
-        program += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+        program += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _EPERM)]
+    program += _argument(numbers["madvise"], 2, values=EVICTING_ADVICE)  # (int advice)
+    for name in ("preadv2", "pwritev2"):  # (fd, iov, iovcnt, pos_l, pos_h, int flags)
+        program += _argument(numbers[name], 5, mask=CACHE_FLAGS)
     if processes:
         AF_UNIX = SOCK_STREAM = 1
-        return program + [(jeq, 0, 6, numbers["socket"]),
-                          (ld, 0, 0, 16), (jeq, 0, 3, AF_UNIX),        # the domain (low word)
-                          (ld, 0, 0, 24), (0x54, 0, 0, 0xF),           # the type, less its flags
-                          (jeq, 1, 0, SOCK_STREAM), (ret, 0, 0, eperm),
-                          (ret, 0, 0, allow)]
-    program += [(jeq, 0, 1, numbers["clone3"]), (ret, 0, 0, enosys),
-                (jeq, 0, 4, numbers["clone"]), (ld, 0, 0, 16),  # clone's flags (low word)
-                (jset, 0, 1, CLONE_THREAD), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
-    return program + [(ret, 0, 0, allow)]
+        return program + [(_JEQ, 0, 6, numbers["socket"]),
+                          (_LD, 0, 0, 16), (_JEQ, 0, 3, AF_UNIX),       # the domain (low word)
+                          (_LD, 0, 0, 24), (_AND, 0, 0, 0xF),           # the type, less its flags
+                          (_JEQ, 1, 0, SOCK_STREAM), (_RET, 0, 0, _EPERM),
+                          (_RET, 0, 0, _ALLOW)]
+    program += [(_JEQ, 0, 1, numbers["clone3"]), (_RET, 0, 0, _ENOSYS),
+                (_JEQ, 0, 4, numbers["clone"]), (_LD, 0, 0, 16),  # clone's flags (low word)
+                (_JSET, 0, 1, CLONE_THREAD), (_RET, 0, 0, _ALLOW), (_RET, 0, 0, _EPERM)]
+    return program + [(_RET, 0, 0, _ALLOW)]

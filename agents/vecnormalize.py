@@ -6,12 +6,15 @@ applies them at evaluation, whichever loader reads the model (`agents/learned.py
 ignored: a model trained on normalized observations and graded on raw ones is graded as a
 policy it is not. It is a pickle, and the grader runs it in its own process, so it is read
 by an unpickler that records what the file names, calls nothing and rebuilds only arrays of
-plain numbers (`_Recorder`).
+plain numbers (`_Recorder`), once its size and what its opcodes ask for are known to be near
+what a VecNormalize holds (`check_pickle`; the model's own `policy.pth` index too).
 """
 
 from __future__ import annotations
 
+import io
 import pickle
+import pickletools
 import re
 from pathlib import Path
 from typing import Callable
@@ -68,9 +71,11 @@ def normalization(path: Path, shape: tuple[int, ...]) -> Callable[[np.ndarray], 
     file = normalization_file(path)
     if file is None:
         return None
+    with open(file, "rb") as handle:
+        raw = handle.read(PICKLE_BYTES + 1)
+    check_pickle(raw, f"{file} (saved with {path})")
     try:
-        with open(file, "rb") as handle:
-            saved = _Recorder(handle).load()
+        saved = _Recorder(io.BytesIO(raw)).load()
         if _where(saved) != _VEC_NORMALIZE:
             raise ValueError(f"it holds {_named(saved)}")
         state = saved.state
@@ -92,6 +97,47 @@ def normalization(path: Path, shape: tuple[int, ...]) -> Callable[[np.ndarray], 
     def normalize(obs: np.ndarray) -> np.ndarray:
         return np.clip((obs - mean) / scale, -clip, clip).astype(np.float32)
     return normalize
+
+
+# A pickle read as data: a VecNormalize (two RunningMeanStd of the observation's shape, a few
+# scalars, its spaces, a list or two of one item per env: 3 KB and 519 opcodes for one env,
+# 18 KB and 837 for 64) or the index of a model's weights (`sb3_archive`: 2-3 KB, 538-896
+# opcodes), with room to spare; a random generator's state (a space's, once seeded) holds 2 to 4
+# integers beyond 2**53.
+PICKLE_BYTES = 1 << 20
+PICKLE_OPCODES = 1 << 16
+PICKLE_BIG_INTS = 64
+_MEMO = ("PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET")
+_TEXT_INTS = ("INT", "LONG", "LONG1", "LONG4")  # the opcodes of an integer of any size
+
+
+def check_pickle(data: bytes, what: str) -> None:
+    """Refuses, naming the limit, a pickle whose reading could stall or flood the grader, read
+    opcode by opcode before anything of it is built: over `PICKLE_BYTES` (`data` is read to one
+    byte more) or `PICKLE_OPCODES` (every object, key and item takes one); a memo index beyond
+    `PICKLE_OPCODES` (the unpickler makes its memo as long as the index: ten bytes can ask for
+    32 GiB); over `PICKLE_BIG_INTS` integers beyond 2**53 (keys made to collide in a dict are
+    such integers, n and n + k * (2**61 - 1) hashing alike: 2M of them take hours to insert)."""
+    if len(data) > PICKLE_BYTES:
+        raise ValueError(f"{what} is over {PICKLE_BYTES:,} bytes (PICKLE_BYTES): no "
+                         "VecNormalize or index of weights is near that")
+    opcodes, big = pickletools.genops(data), 0
+    for count in range(1, PICKLE_OPCODES + 2):
+        try:
+            op, arg, _ = next(opcodes)
+        except StopIteration:
+            return
+        except ValueError as exc:  # pickletools' words for a damaged pickle
+            raise ValueError(f"{what} is not a pickle ({exc})") from None
+        if op.name in _MEMO and arg > PICKLE_OPCODES:
+            raise ValueError(f"{what} asks for a memo of {arg:,} entries, beyond "
+                             f"{PICKLE_OPCODES:,} (PICKLE_OPCODES)")
+        big += op.name in _TEXT_INTS and type(arg) is int and abs(arg) > 1 << 53
+        if big > PICKLE_BIG_INTS:
+            raise ValueError(f"{what} holds over {PICKLE_BIG_INTS} integers beyond 2**53 "
+                             "(PICKLE_BIG_INTS): keys made to collide are such integers")
+    raise ValueError(f"{what} has over {PICKLE_OPCODES:,} opcodes (PICKLE_OPCODES): objects, "
+                     "keys and items far beyond a VecNormalize's")
 
 
 class _Recorded:

@@ -263,22 +263,27 @@ def test_a_failing_bundle_gets_an_entry_and_a_rerun_resumes(made, tmp_path, caps
     killed["status"] = "grading"
     entry.write_text(json.dumps(killed))
     onnx_entry = (board / "entries" / "ppo-onnx" / "entry.json").read_bytes()
-    assert eval_cli(["verify", str(made / "probe.finality"), str(made / "onnx.finality"),
-                     str(made / "fussy.finality"), "--master-seed-file", str(made / "seed"),
-                     "--out", str(board), *PROTOCOL]) == 0
+    refused = tmp_path / "refused.finality"  # refused for itself: the others are graded
+    refused.write_bytes(CRAFTED["stdlib"][0]())
+    assert eval_cli(["verify", str(made / "probe.finality"), str(refused),
+                     str(made / "onnx.finality"), str(made / "fussy.finality"),
+                     "--master-seed-file", str(made / "seed"), "--out", str(board),
+                     *PROTOCOL]) == 2
+    assert "refused, not graded" in capsys.readouterr().err
+    assert not (board / "entries" / "bad").exists()
     assert rows.read_bytes() == whole  # completed, nothing lost or graded twice
     assert json.loads(entry.read_text())["status"] == "verified"
     assert (board / "entries" / "ppo-onnx" / "entry.json").read_bytes() == onnx_entry
     fussy = json.loads((board / "entries" / "fussy" / "entry.json").read_text())
     assert fussy["status"] == "failed" and "no plan for Brief(" in fussy["reason"]
-    assert "pri-" not in fussy["public_reason"] and "private-split case" in fussy["public_reason"]
+    assert "pri-" not in fussy["public_reason"] and "-split case" in fussy["public_reason"]
     assert "Brief(" not in fussy["public_reason"]  # the policy's words are the operator's
-    kept = (board / "private" / "fussy" / "episodes.jsonl").read_bytes()
+    kept = {p: p.read_bytes() for p in board.glob("*/fussy/episodes.jsonl")}
     entry_bytes = (board / "entries" / "fussy" / "entry.json").read_bytes()
     assert eval_cli(["verify", str(made / "fussy.finality"), "--master-seed-file",
                      str(made / "seed"), "--out", str(board), *PROTOCOL]) == 0
     # a failure is final: its case is not played again (a policy could fail on purpose)
-    assert (board / "private" / "fussy" / "episodes.jsonl").read_bytes() == kept
+    assert kept and {p: p.read_bytes() for p in board.glob("*/fussy/episodes.jsonl")} == kept
     assert (board / "entries" / "fussy" / "entry.json").read_bytes() == entry_bytes
     assert eval_cli(["leaderboard", str(board), "--out", str(tmp_path / "site")]) == 0
     page = (tmp_path / "site" / "index.html").read_text()

@@ -115,7 +115,7 @@ from pathlib import Path
 from eval.grading.grader import RunConfig, grade
 from finality_gym import load_corpus
 from finality_gym.policy import PolicyError
-tasks = tuple(t.task_id for t in load_corpus("public").tasks[:128])  # one chunk a policy
+tasks = tuple(t.task_id for t in load_corpus("public").tasks[:128])  # two chunks, two workers
 try:
     # the policies signal each other through a file: no sandbox (the host behaves the same)
     grade(RunConfig(tuple(sys.argv[1:3]), seeds=(0,), tasks=tasks, sandbox=False),
@@ -125,13 +125,16 @@ except PolicyError as exc:
 """
 
 
+# The jobs of the two policies run in a random order (a run with outside code is shuffled): this
+# one refunds until a case of the other has begun (on either worker), then fails.
 FAILS = ("import os\nimport time\n\nclass Fails(Policy):\n    def plan(self):\n"
-         "        while not os.path.exists({flag!r}):  # the other worker's case has begun\n"
-         "            time.sleep(0.01)\n        raise KeyError('oops')\n        yield\n")
+         "        if not os.path.exists({flag!r}):  # no case of the other's has begun\n"
+         "            yield ('refund', {{}})\n            return\n"
+         "        raise KeyError('oops')\n        yield\n")
 
 
 def grade_two(tmp_path: Path, other: str, stderr) -> int:
-    """Grade a policy that fails once `other`'s first case has begun (and written its file
+    """Grade a policy that fails once a case of `other`'s has begun (and written its file
     `begun`) in two workers: the grader stops `other`'s worker mid-case."""
     fails = policy_file(tmp_path / "fails.py", FAILS.format(flag=str(tmp_path / "begun")))
     return subprocess.run([sys.executable, "-c", GRADE_TWO, f"{fails}:Fails", other,
@@ -152,7 +155,7 @@ def test_a_policy_whose_grader_is_gone_exits_quietly(tmp_path):
     time.sleep(3)  # the sleeper has woken, if anything is left of it
     text = (tmp_path / "stderr.txt").read_text()
     assert "KeyError: 'oops'" in text, text
-    assert f'File "{tmp_path / "fails.py"}", line 10, in plan' in text, text
+    assert f'File "{tmp_path / "fails.py"}", line 11, in plan' in text, text
     assert "BrokenPipeError" not in text, text
     assert "agents/host.py" not in text and "agents/fork_server.py" not in text, text
 

@@ -212,8 +212,10 @@ def test_a_failing_policy_is_an_error_naming_policy_task_and_seed(tmp_path, caps
     err = capsys.readouterr().err
     assert needle in err and f"{path}:Bad" in err
     assert re.search(r"failed on task pub-\d{3}[ab]?-\w+ seed 0", err)  # which one: any
-    rows = read_rows(tmp_path / "run" / "episodes.jsonl")  # what was written stays valid
-    assert {r["policy"] for r in rows} == {"finality_gate"}
+    # what was written stays valid, and holds no row of the failing policy (a run with outside
+    # code plays its jobs in a shuffled order: how many finality_gate rows came first varies)
+    rows = tmp_path / "run" / "episodes.jsonl"
+    assert {r["policy"] for r in (read_rows(rows) if rows.is_file() else [])} <= {"finality_gate"}
 
 
 # ----------------------------------------------------------------- runs that cannot be mixed

@@ -13,11 +13,13 @@ A bundle is a zip archive (stored, not compressed) of
   project's own policies and for a model entry).
 
 `read_bundle` trusts nothing in the file: the archive may hold only `manifest.json` and the
-files the manifest hashes, each a regular file under a plain relative name, within
-`MAX_BYTES` in all; every hash must match; the manifest may hold only the fields above, so a
-bundle cannot ask for an unsafe form of grading (`trust_pickles`, `sandbox`), and its spec
-must be of its kind and load only files it holds. A bundle's identity is the SHA-256 of its
-bytes (`Bundle.sha256`), which a verified entry records.
+files the manifest hashes, each a regular file under a plain relative name, stored (as `pack`
+writes it: a compressed member could inflate far beyond the bundle's own size, as four of
+250 KB did to 250 MiB each) and read to no more than its stored size, within `MAX_BYTES` in
+all, its zip directory within `agents.sb3_archive.ZIP_DIRECTORY`; every hash must match; the
+manifest may hold only the fields above, so a bundle cannot ask for an unsafe form of grading
+(`trust_pickles`, `sandbox`), and its spec must be of its kind and load only files it holds. A
+bundle's identity is the SHA-256 of its bytes (`Bundle.sha256`), which a verified entry records.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import io
 import json
 import re
 import math
+import os
 import stat
 import sys
 import zipfile
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents import PolicySpec
+from agents.sb3_archive import member, opened
 from agents.spec import LEARNED, ONNX
 
 BUNDLE_FORMAT = "finality-bundle/1"
@@ -132,8 +136,8 @@ def write_new(out: Path, data: bytes) -> None:
 def read_bundle(path: Path) -> Bundle:
     """The bundle at `path`, checked whole (see the module's docstring), or a `BundleError`."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + (1 << 20) + 1)
+        with open(path, "rb") as f:  # no more than the file holds: read(n) reserves n bytes
+            data = f.read(min(os.fstat(f.fileno()).st_size, MAX_BYTES + (1 << 20)) + 1)
     except OSError as exc:
         raise BundleError(f"bundle {path}: {exc.strerror}") from None
     return bundle_of(data, str(path))
@@ -143,7 +147,10 @@ def bundle_of(data: bytes, where: str) -> Bundle:
     if len(data) > MAX_BYTES + (1 << 20):
         raise BundleError(f"bundle {where}: over {MAX_BYTES >> 20} MiB")
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
+        archive = opened(io.BytesIO(data), f"bundle {where}")
+    except ValueError as exc:  # not a zip, or a directory over its limit
+        raise BundleError(str(exc)) from None
+    try:
         entries = archive.infolist()
     except (zipfile.BadZipFile, ValueError) as exc:
         raise BundleError(f"bundle {where}: not a bundle (not a zip archive: {exc})") from None
@@ -157,11 +164,15 @@ def bundle_of(data: bytes, where: str) -> Bundle:
         if entry.is_dir() or stat.S_IFMT(mode) not in (0, stat.S_IFREG):  # 0: no type said
             raise BundleError(f"bundle {where}: {entry.filename!r} is not a regular file (a "
                               "link, a folder entry, a device): refused")
+        if entry.compress_type != zipfile.ZIP_STORED:
+            raise BundleError(f"bundle {where}: {entry.filename!r} is compressed: a bundle's "
+                              "members are stored (as `submit` writes them), so that it holds "
+                              "no more than its own bytes")
     if MANIFEST not in names:
         raise BundleError(f"bundle {where}: no {MANIFEST}")
     try:
-        manifest = json.loads(archive.read(MANIFEST), parse_constant=_no_constant)
-        files = {n[len(POLICY) + 1:]: archive.read(n) for n in names if n != MANIFEST
+        manifest = json.loads(_member(archive, MANIFEST, where), parse_constant=_no_constant)
+        files = {n[len(POLICY) + 1:]: _member(archive, n, where) for n in names if n != MANIFEST
                  and n.startswith(POLICY + "/")}
     except (ValueError, zipfile.BadZipFile, RuntimeError) as exc:
         raise BundleError(f"bundle {where}: unreadable ({exc})") from None
@@ -170,6 +181,10 @@ def bundle_of(data: bytes, where: str) -> Bundle:
                           f"{sorted(set(names) - {MANIFEST} - {POLICY + '/' + n for n in files})}")
     _check_manifest(manifest, files, where)
     return Bundle(manifest, files, _digest(data))
+
+
+def _member(archive: zipfile.ZipFile, name: str, where: str) -> bytes:
+    return member(archive, name, MAX_BYTES, f"bundle {where}", "MAX_BYTES")
 
 
 def _check_manifest(manifest: object, files: dict, where: str) -> None:

@@ -7,9 +7,12 @@ this grader, on the private split (and the public one), into one board.
     BOARD/public/NAME/                its public-split run folder (the site links into it)
 
 Every bundle is read and checked whole, and loaded in the safe form, before anything is written:
-a tampered, unsafe or unloadable bundle is refused with its reason and the board is left as it
-was. Then each entry is graded through the shared grader (outside code in the sandbox, a saved
-model as data, a model entry through the operator's `--base-url`), resumable: a re-run grades
+a tampered, unsafe, oversized or unloadable bundle is refused with its reason (printed; the exit
+status is 2) and the other bundles are graded; where every bundle is refused the board is left
+as it was. Then each entry is graded through the shared grader (outside code in the sandbox, a saved
+model as data, a model entry through the operator's `--base-url`), the public split first and
+then the private one (what the page shows of its play is made before its private cases run,
+and the page never shows its words: `_graded`), resumable: a re-run grades
 only what a killed run left missing. An entry verified or failed is final (a re-run leaves it
 alone: a policy that failed on purpose does not get its case again; an operator who wants a
 failed entry graded anew removes its `entries/NAME`, `private/NAME` and `public/NAME`). A
@@ -17,8 +20,8 @@ bundle under a name the board holds for another bundle, or for an entry begun un
 grader version, master seed or protocol, is refused.
 
 `entry.json` holds `status` (`verified`; `failed`: the policy failed, `reason` in its own
-words for the operator, `public_reason` for the page: a failure to load in its words, a failure
-in a case without them (a policy's words could carry the case);
+words for the operator, `public_reason` for the page: fixed text, never the policy's words,
+which could carry what one of its private cases learned: `_graded`;
 `incomplete`: the endpoint failed, which is not the entry's failure: re-run), the bundle's
 SHA-256, `protocol` (seeds, subset, probe arm, tasks), `private` (the split's fingerprint, never
 its seed), `public` (its figures with intervals, and `claim_outside`: the author's claimed
@@ -33,6 +36,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -42,7 +46,7 @@ from finality_gym import load_corpus
 from finality_gym.corpus import PRIVATE, private_corpus
 
 import eval.grading.runfolder as runfolder
-from eval.board.bundle import Bundle, read_bundle
+from eval.board.bundle import Bundle, BundleError, read_bundle
 from eval.board.loading import check_loads, located, model_config
 from eval.board.provenance import FORMS, grader_version
 from eval.grading.grader import Incomplete, RunConfig, grade
@@ -71,39 +75,69 @@ def _recorded(board: Path, name: str) -> dict | None:
 
 
 def check_all(paths: list[Path], board: Path, grader: dict, base_url: str | None,
-              settings: dict) -> list[Bundle]:
+              settings: dict) -> tuple[list[tuple[Path, str]], list[str]]:
     """Every bundle read, checked and loaded, and each fit for the board (`settings`: the
     protocol and the private split's fingerprint an entry already there must share), before
-    anything is written."""
-    bundles = [read_bundle(p) for p in paths]
-    names = [b.name.casefold() for b in bundles]  # one folder each, on any file system
-    if len(set(names)) != len(names):
-        twice = sorted(n for n in names if names.count(n) > 1)[0]
-        raise ValueError(f"two bundles are named {twice!r} (letter case aside)")
-    for bundle in bundles:
-        check_loads(bundle)
+    anything is written. Returns the accepted bundles, each with the SHA-256 `verify` holds it
+    to when it reads it again to grade it, and the refusals: a bundle refused for itself
+    (tampered, unsafe, over a limit, does not load: `BundleError`) is left out with its reason
+    and the others go on; an operator's error (two bundles of one name, a model entry without
+    `--base-url`, a clash with the board) stops the run, as does a run where every bundle was
+    refused. One bundle is held in memory at a time (each may hold up to `MAX_BYTES`)."""
+    names, accepted, refused = [], [], []
+    for path in paths:
+        try:
+            bundle = read_bundle(path)
+        except BundleError as exc:
+            refused.append(str(exc))
+            continue
+        names.append(bundle.name.casefold())  # one folder each, on any file system
+        if names.count(names[-1]) > 1:
+            raise ValueError(f"two bundles are named {names[-1]!r} (letter case aside)")
+        try:
+            check_loads(bundle)
+        except BundleError as exc:
+            refused.append(str(exc))
+            continue
         if bundle.kind == "model" and base_url is None:
             raise ValueError(f"bundle {bundle.name} is a model entry: give --base-url (and "
                              "--api-key-env) of the endpoint that serves it")
         old = _recorded(board, bundle.name)
-        if old is None:
-            continue
-        where = _entry(board, bundle.name)
-        if old["bundle_sha256"] != bundle.sha256:
-            raise ValueError(f"{where} holds another bundle named {bundle.name!r} (sha256 "
-                             f"{old['bundle_sha256'][:12]}...); give this one another name, or "
-                             "another --out")
-        if old["status"] == "grading" and old["grader"]["label"] != grader["label"]:
-            raise ValueError(f"{bundle.name}: its grading began under grader "
-                             f"{old['grader']['label']}, this is {grader['label']}: finish it "
-                             "with that grader, or verify into another --out (rows of two "
-                             "graders are never mixed)")
-        was = {"protocol": {k: old["protocol"][k] for k in ("seeds", "subset")},
-               "fingerprint": old["private"]["fingerprint"]}
-        if was != settings:
-            raise ValueError(f"{where} was graded under {was}, not {settings} (another "
-                             "--seeds, --subset or master seed): verify into another --out")
-    return bundles
+        if old is not None:
+            _fits(board, bundle, old, grader, settings)
+        accepted.append((path, bundle.sha256))
+    if not accepted:
+        raise ValueError("\n".join(refused))
+    return accepted, refused
+
+
+def _fits(board: Path, bundle: Bundle, old: dict, grader: dict, settings: dict) -> None:
+    """A bundle under a name the board holds is the bundle the entry was begun with, under this
+    grader and these settings, or a `ValueError` (the operator's error: it stops the run)."""
+    where = _entry(board, bundle.name)
+    if old["bundle_sha256"] != bundle.sha256:
+        raise ValueError(f"{where} holds another bundle named {bundle.name!r} (sha256 "
+                         f"{old['bundle_sha256'][:12]}...); give this one another name, or "
+                         "another --out")
+    if old["status"] == "grading" and old["grader"]["label"] != grader["label"]:
+        raise ValueError(f"{bundle.name}: its grading began under grader "
+                         f"{old['grader']['label']}, this is {grader['label']}: finish it "
+                         "with that grader, or verify into another --out (rows of two "
+                         "graders are never mixed)")
+    was = {"protocol": {k: old["protocol"][k] for k in ("seeds", "subset")},
+           "fingerprint": old["private"]["fingerprint"]}
+    if was != settings:
+        raise ValueError(f"{where} was graded under {was}, not {settings} (another "
+                         "--seeds, --subset or master seed): verify into another --out")
+
+
+def _read_again(path: Path, checked: str) -> Bundle:
+    """The bundle at `path` read again to be graded, and the one `check_all` checked."""
+    bundle = read_bundle(path)
+    if bundle.sha256 != checked:
+        raise ValueError(f"bundle {path} changed since it was checked (sha256 {checked[:12]}..., "
+                         f"now {bundle.sha256[:12]}...): verify it again")
+    return bundle
 
 
 def _configs(spec: str, name: str, seeds: int, subset: str, seed: int
@@ -111,8 +145,10 @@ def _configs(spec: str, name: str, seeds: int, subset: str, seed: int
     """The private and the public split's run, of the spec that loads the bundle's files
     (`loading.located`), its rows named as the bundle names it."""
     private = private_corpus(seed)
-    subsets = {PRIVATE: stratified_subset(private) if subset == "stratified" else None,
-               "public": stratified_subset("public") if subset == "stratified" else None}
+    # The public split first: what the page shows of an entry's play (its public rows) is then
+    # made before any case of its own private split has run.
+    subsets = {"public": stratified_subset("public") if subset == "stratified" else None,
+               PRIVATE: stratified_subset(private) if subset == "stratified" else None}
     return {split: RunConfig((spec,), split=split, seeds=tuple(range(seeds)), tasks=tasks,
                              master_seed=seed if split == PRIVATE else None, names=(name,))
             for split, tasks in subsets.items()}
@@ -165,8 +201,12 @@ def _new_entry(bundle: Bundle, configs: dict, grader: dict, where: dict, seeds: 
 def _graded(bundle: Bundle, board: Path, policy: Path, entry: dict,
             args: argparse.Namespace) -> dict[str, list]:
     """Grade both splits into the entry's run folders; the entry's status (and why) set from
-    how it ended. A policy that fails is a result; what the page says of it names no case (a
-    failure to load names none: its words are kept)."""
+    how it ended. A policy that fails is a result; what the page says of it is fixed text, never
+    the policy's own words: once grading began, its code has run in cases of a private split
+    (its own, or another entry's before it), and what a later import or case says could carry
+    what one of them learned (a load failure's words were published once, and carried private
+    cases read back through the page cache). Its words are the operator's (`reason`); a bundle
+    that does not load at all is refused before grading, in its words (`check_all`)."""
     graded: dict[str, list] = {}
     try:
         with located(bundle, policy) as spec:
@@ -177,11 +217,12 @@ def _graded(bundle: Bundle, board: Path, policy: Path, entry: dict,
     except Incomplete as exc:
         entry.update(status="incomplete", reason=str(exc),
                      public_reason="the endpoint failed (not the entry's failure): re-run")
-    except PolicyLoadError as exc:  # before any case
-        entry.update(status="failed", reason=str(exc), public_reason=str(exc).replace(
-            str(policy), "<bundle>"))
+    except PolicyLoadError as exc:  # it loaded when checked: now it does not
+        entry.update(status="failed", reason=str(exc), public_reason=(
+            "its code could not be loaded when graded, though it loaded when checked (its "
+            "words are the operator's)"))
     except PolicyError as exc:
-        split = "public" if PRIVATE in graded else PRIVATE
+        split = "public" if "public" not in graded else PRIVATE
         entry.update(status="failed", reason=str(exc), public_reason=(
             f"the policy failed on a {split}-split case (its words, which may name the case, "
             "are the operator's)"))
@@ -227,8 +268,10 @@ def verify_one(bundle: Bundle, board: Path, grader: dict, where: dict,
     return entry
 
 
-def verify(paths: list[Path], board: Path, args: argparse.Namespace) -> list[dict]:
-    """Check every bundle, then grade each into `board`; return their entries."""
+def verify(paths: list[Path], board: Path, args: argparse.Namespace
+           ) -> tuple[list[dict], list[str]]:
+    """Check every bundle, then grade each accepted one into `board`; return their entries and
+    the refusals (each printed as it is found)."""
     if args.master_seed is None:
         raise ValueError("verify grades the private split: give --master-seed-file (or "
                          "FINALITY_MASTER_SEED)")
@@ -238,11 +281,14 @@ def verify(paths: list[Path], board: Path, args: argparse.Namespace) -> list[dic
     grader = grader_version()
     settings = {"protocol": {"seeds": list(range(args.seeds)), "subset": args.subset},
                 "fingerprint": private_corpus(args.master_seed).fingerprint}
-    bundles = check_all(paths, board, grader, args.base_url, settings)
+    accepted, refused = check_all(paths, board, grader, args.base_url, settings)
+    for reason in refused:
+        print(f"verify: refused, not graded: {reason}", file=sys.stderr)
     runfolder.prepare(board)
     where = machine()
     with runfolder.lock(board):
-        return [verify_one(b, board, grader, where, args) for b in bundles]
+        return [verify_one(_read_again(path, digest), board, grader, where, args)
+                for path, digest in accepted], refused
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -265,11 +311,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     args.master_seed = master_seed(args)
-    entries = verify(args.bundles, args.out, args)
+    entries, refused = verify(args.bundles, args.out, args)
     for e in entries:
         said = e["public_reason"] or ", ".join(e["public"].get("claim_outside", [])) or ""
         print(f"{e['name']:<24} {e['status']:<10} {e['private'].get('episodes', 0):>6} private "
               f"episodes  {said}")
     print(f"verify: board {args.out}; publish it with python -m eval leaderboard {args.out} "
           "--out SITE")
-    return 3 if any(e["status"] == "incomplete" for e in entries) else 0
+    return (3 if any(e["status"] == "incomplete" for e in entries) else
+            2 if refused else 0)

@@ -5,8 +5,9 @@ manifest, its sealed rows). `DIR/run.json` pins the configuration; `DIR/episodes
 line per graded episode, appended and flushed as episodes complete, so a killed run loses at
 most the work in flight. Re-running into the same folder skips every (policy, task, seed)
 already there (a torn last line is cut off first), so nothing is lost or duplicated. Lines are
-written in job order whatever the number of workers, threads or Ray tasks, so a parallel run
-writes the same file as a serial one.
+written in job order whatever the number of workers, threads or Ray tasks (a run with outside
+code plays its jobs in a random order, writes them as they complete and puts the file in job
+order at its end), so a parallel run writes the same file as a serial one.
 """
 
 from __future__ import annotations
@@ -214,21 +215,16 @@ def _run_chunk(args: tuple) -> tuple[list[str], list[dict], str | None]:
     """One chunk of jobs, run in a worker: the sealed lines in job order, and the error that
     stopped the chunk, if any (the lines of the jobs done before it stay good).
 
-    A chunk holding an outside policy's jobs runs them in an order drawn from the operating
-    system's entropy, never recorded, by a fresh import of its code (a new fork server): the
-    job order is public (policy, task, seed in corpus order), so a policy that counted its cases
-    could otherwise tell which task, and which half of a twin pair, it holds, or which chunk.
-    Every episode depends only on its (task, seed), and the lines still come out in job order,
-    so the file is the same."""
+    A chunk holding an outside policy's jobs is played by a fresh import of its code (a new
+    fork server), and its jobs were drawn at random from the whole run (`_grade_locked`), so
+    nothing a fork server could count or keep reaches another chunk, and a chunk's place says
+    nothing of its jobs."""
     config, jobs, inputs = args
     corpus = config.corpus
-    order = list(range(len(jobs)))
     outside = any(PolicySpec.parse(spec).kind == "outside" for spec in {job[0] for job in jobs})
-    if outside:
-        random.SystemRandom().shuffle(order)
     done: dict[int, tuple[str, dict]] = {}
     error = None
-    for i in order:
+    for i in range(len(jobs)):
         spec, task_id, seed = jobs[i]
         try:
             cached = (spec, inputs.get(spec), config.sandbox, config.trust_pickles)
@@ -388,6 +384,14 @@ def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, de
     wanted = jobs if config.names is None else [config.named(job) for job in jobs]
     done = {key(row) for row in rows}
     todo = [job for job, name in zip(jobs, wanted) if name not in done]
+    if any(PolicySpec.parse(spec).kind == "outside" for spec in config.policies):
+        # The job order is public (policy, task, seed in corpus order; the private split's
+        # tasks grouped by archetype), and a case can count the cases before it (a fork
+        # server's memory, process ids, times). So the jobs of a run with outside code are
+        # played in an order drawn from the operating system's entropy and never recorded:
+        # a count then tells a case its place in a random order, nothing of its job. Lines are
+        # written as they complete, then put in job order below, so the file is the same.
+        random.SystemRandom().shuffle(todo)
     error = None
     failed: list[dict] = []
     if todo:
@@ -429,6 +433,9 @@ def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, de
     keys = [key(row) for row in rows]
     if runfolder.keep_in_order(path, keys, wanted):
         _ROWS_READ_LAST.clear()  # `rows` are no longer in the file's order
+        rank = {job: i for i, job in enumerate(wanted)}
+        rows, keys = zip(*sorted(zip(rows, keys), key=lambda pair: rank.get(pair[1], -1))) \
+            if rows else ((), ())
     else:
         _remember_rows(path, rows)
     wanted_set = set(wanted)

@@ -1,0 +1,118 @@
+"""A private grade that nothing leaks, the attacks of issue 41 on the path of a leaderboard entry
+(`eval submit`, `eval verify`, `eval leaderboard`) and on the job order, with the sandbox on:
+
+- the host imports no file of the submission, whatever name Python imports on its own
+  (`tests/redteam/host_import.py` as `sitecustomize` and as the package `org`);
+- the page never publishes a policy's own words once grading began (a bundle that loaded when
+  checked and fails to load when graded);
+- a case that counts the cases before it (`tests/redteam/os_place.py`) learns its place in an
+  order drawn at random, nothing of its job.
+
+Each attack acts on what it finds, so each test fails where the leak is open (they did on
+8b36e67). The harness (`attack`, `headline`, the sandbox's skip-or-fail) is
+`tests/sandbox_harness.py`. Shared mappings and the page cache: `tests/test_shared_channels.py`;
+models that stall or flood the grader: `tests/test_model_bounds.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.__main__ import main as eval_cli
+from eval.board.bundle import pack
+from eval.grading.grader import CHUNK
+from eval.grading.runfolder import read_rows
+from finality_gym import load_corpus
+from finality_gym.corpus import new_master_seed
+
+from sandbox_harness import (REDTEAM, _one_matplotlib_cache, attack, headline,  # noqa: F401
+                             needs_sandbox)
+
+PROTOCOL = ["--subset", "stratified", "--seeds", "1", "--workers", "1", "--no-progress"]
+HOST_IMPORT = (REDTEAM / "host_import.py").read_bytes()
+
+
+def _verify(base: Path, *bundles: Path) -> int:
+    if not (base / "seed").exists():
+        (base / "seed").write_text(f"{new_master_seed()}\n")
+    return eval_cli(["verify", *map(str, bundles), "--master-seed-file", str(base / "seed"),
+                     "--out", str(base / "board"), *PROTOCOL])
+
+
+@pytest.mark.parametrize("name", ["sitecustomize", "org"])
+def test_the_host_imports_no_module_of_the_submission(tmp_path, name):
+    """`sitecustomize` is imported when an interpreter starts; `org` when `copy` is (the host
+    imports it): first on the host's path, either would run in the host and tell every case of
+    the ones before it. The host's path holds no file of the submission, so no case is told."""
+    needs_sandbox()
+    files = ({"sitecustomize.py": HOST_IMPORT} if name == "sitecustomize"
+             else {"org/__init__.py": HOST_IMPORT})
+    bundle = tmp_path / f"{name}.finality"
+    bundle.write_bytes(pack({"name": name, "kind": "outside", "spec": f"{name}:Told"}, files))
+    assert _verify(tmp_path, bundle) == 0
+    entry = json.loads((tmp_path / "board" / "entries" / name / "entry.json").read_text())
+    assert entry["status"] == "verified", entry
+    for split in ("private", "public"):
+        rows = read_rows(tmp_path / "board" / split / name / "episodes.jsonl")
+        assert len(rows) == 48 and {r["disposition"] for r in rows} == {"refund"}, (
+            split, sorted(r["disposition"] for r in rows))
+
+
+SAYS_WHAT_IT_READ = b'''from finality_gym.policy import Policy
+
+raise RuntimeError("private words 7a51 pri-00c0ffee: order 31337 settles")
+
+
+class Fine(Policy):
+    name = "fine"
+
+    def plan(self):
+        yield ("refund", {})
+'''
+
+
+def test_the_page_never_carries_a_policys_words_once_grading_began(tmp_path, monkeypatch):
+    """A bundle that loaded when `verify` checked it and fails to load when it is graded, in
+    words (as one that carried what a private case read back would: stood in for here by
+    leaving out the check, so that its import fails only when graded): the board fails it, the
+    operator gets its words, the page and its data fixed text."""
+    needs_sandbox()
+    import eval.board.verify as verify
+    monkeypatch.setattr(verify, "check_loads", lambda bundle: None)
+    bundle = tmp_path / "sayer.finality"
+    bundle.write_bytes(pack({"name": "sayer", "kind": "outside", "spec": "sayer.py:Fine"},
+                            {"sayer.py": SAYS_WHAT_IT_READ}))
+    assert _verify(tmp_path, bundle) == 0
+    entry = json.loads((tmp_path / "board" / "entries" / "sayer" / "entry.json").read_text())
+    assert entry["status"] == "failed" and "private words 7a51" in entry["reason"], entry
+    assert eval_cli(["leaderboard", str(tmp_path / "board"), "--out", str(tmp_path / "site")]) == 0
+    for path in (tmp_path / "site").rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert b"7a51" not in data and b"31337" not in data and b"pri-" not in data, path
+    assert "could not be loaded when graded" in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_a_case_that_counts_learns_nothing_of_its_job(tmp_path):
+    """Every task of the public split, one seed, one worker: three chunks. The canary counts
+    the cases before it by process id and escalates where it counts itself in the second chunk.
+    Its count works (about a chunk's worth of escalations); with chunks that were consecutive
+    slices of the job order they would be the second slice's jobs, and in a random order they
+    are spread over the run as chance spreads them."""
+    needs_sandbox()
+    tasks = load_corpus("public").tasks
+    assert len(tasks) > 2 * CHUNK
+    spec = attack(tmp_path, "os_place", "Place", CHUNK=CHUNK, CHUNK_INDEX=1)
+    run = headline(tmp_path, [spec], "on", workers=1,
+                   tasks=tuple(t.task_id for t in tasks))
+    assert run.code == 0, run
+    index = {t.task_id: i for i, t in enumerate(tasks)}
+    found = sorted(index[r["task_id"]] for r in run.rows() if r["disposition"] == "escalate")
+    assert CHUNK - 8 <= len(found) <= CHUNK + 8, (len(found), run)  # it counts
+    second = [i for i in found if CHUNK <= i < 2 * CHUNK]
+    # a random order: about CHUNK * CHUNK / len(tasks) (51 of 128) land there by chance; the
+    # chance of 90 or more is below 1e-12
+    assert len(second) < 90, (len(second), found)
