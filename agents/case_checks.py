@@ -1,8 +1,10 @@
 """What the host checks of a case from /proc before it hands the case its brief: that the process
 that connected (`peer`) is pid 1 of its own pid namespace, with exactly the sandbox's mounts, its
 writable places on filesystems of its own, no capability, the limits, one thread, only its own
-descriptors and no shared mapping that can be written (`case_problems`); and that no process
-but the host, the fork server and the case runs in the sandbox (`others`). This is kernel state,
+descriptors and no shared mapping that can be written (`case_problems`); what the fork server's
+import left that every case would inherit (`server_state`, `left_by_import`: the fork server
+sees no /proc of its own); and that no process but the host, the fork server and the case runs
+in the sandbox (`others`). This is kernel state,
 read by the host, which never imports the policy: what the fork server and the case did to
 confine themselves (`agents/isolation.py`) runs in memory the policy's code shares, so it is
 checked here, not believed.
@@ -63,6 +65,55 @@ def expected_mounts() -> list[str]:
     fresh tmpfs (scratch, /dev/shm)."""
     return sorted([point for point, _ in _mounts("self")]
                   + [SCRATCH, "/dev/shm", "/proc", SCRATCH, "/dev/shm"])
+
+
+def server_state(pid: int) -> dict:
+    """What the fork server `pid` holds that could carry something from one fork of it to the
+    next, read from /proc before and after its import (it sees no /proc of its own once the
+    sandbox is on): its threads, its file descriptors, its shared mappings that can be written
+    (read-only ones too: a case can make them writable again, `writable_shared`), its native
+    signal handlers, its namespaces, root, working directory and mounts (a filesystem mounted
+    at import would be every case's). Python's own handlers and hooks it checks itself."""
+    shared = writable_shared(pid)
+    status = _status(pid)
+    fds = set()
+    for f in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds.add((int(f), os.readlink(f"/proc/{pid}/fd/{f}")))
+        except OSError:  # closed while we looked
+            continue
+    return {
+        "threads": len(os.listdir(f"/proc/{pid}/task")),
+        "file descriptors": fds,
+        "shared writable mappings": {mapped(line) for line in shared
+                                     if line.split()[1][1:2] == b"w"},
+        "shared read-only mappings": {mapped(line) for line in shared
+                                      if line.split()[1][1:2] != b"w"},
+        "signal handlers": (status.get("SigCgt", "").strip(), status.get("SigIgn", "").strip()),
+        "namespaces": (tuple(os.readlink(f"/proc/{pid}/ns/{ns}")
+                             for ns in sorted(os.listdir(f"/proc/{pid}/ns"))),
+                       os.readlink(f"/proc/{pid}/root"), os.readlink(f"/proc/{pid}/cwd")),
+        "mounts": Path(f"/proc/{pid}/mountinfo").read_text(),
+    }
+
+
+def left_by_import(before: dict, after: dict) -> list[str]:
+    """What importing the policy left that every case would share (nothing is allowed)."""
+    found = []
+    if after["threads"] > before["threads"]:
+        found.append(f"{after['threads'] - before['threads']} thread(s) running")
+    if extra := after["file descriptors"] - before["file descriptors"]:
+        found.append(f"file descriptors open ({', '.join(str(f) for f, _ in sorted(extra))})")
+    for kind in ("shared writable mappings", "shared read-only mappings"):
+        if extra := after[kind] - before[kind]:
+            found.append(f"{kind} open ({', '.join(map(str, sorted(extra)))})")
+    if after["signal handlers"] != before["signal handlers"]:
+        found.append("signal handlers set")
+    if after["namespaces"] != before["namespaces"]:
+        found.append("its namespaces, root or working directory changed")
+    if after["mounts"] != before["mounts"]:
+        found.append("its mounts changed")
+    return found
 
 
 def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[str]:

@@ -4,9 +4,10 @@ runs the policy's code (`agents/host.py` is the process that never does).
 The fork server, forked from the host before anything else, imports the policy's code once
 (`load_class`: that file, with that content, and nothing else), is refused if the import left
 anything that would outlive it in a fork (a thread, a file descriptor, a shared mapping,
-read-only or not, a signal handler, a tracing hook, its namespaces or mounts: `left_by_import`; a
-process: the host looks), and then forks a case whenever the host asks, and nothing else
-(`serve`). Each case connects to the host's listening socket, says it is ready, reads its brief
+read-only or not, a signal handler, a tracing hook, its namespaces or mounts: the host reads
+them from /proc, `agents/case_checks.py`'s `server_state`; a process: the host looks), and then
+forks a case whenever the host asks, and nothing else (`serve`). Each case connects, on a socket
+made before the import, to the host's listening socket, says it is ready, reads its brief
 and plays it (`_case`, `_play`); a failure of the policy's is said in one line (`why`) and its
 traceback goes to standard error, from the policy's own call on.
 
@@ -31,6 +32,7 @@ import traceback
 from pathlib import Path
 
 SAID_BYTES = 4000  # the most bytes of a load message the fork server sends in one packet
+CASES_PER_SERVER = 256  # the channels a fork server makes before the import: the cases it forks
 
 
 class Refused(Exception):
@@ -117,95 +119,70 @@ def _play(cls, brief: dict, read, send) -> None:
         result = message["result"]
 
 
-def _state(protocol: set[int]) -> dict:
-    """What a process holds that could carry something from one fork of it to the next: its
-    threads, its file descriptors (beyond `protocol`), its shared mappings that can be written
-    (read-only ones too: a case can make them writable again, `writable_shared`), its signal
-    handlers (native and Python's), Python's tracing and collection hooks, its namespaces, root,
-    working directory and mounts (a filesystem mounted at import would be every case's)."""
-    from agents.case_checks import mapped, writable_shared
-    shared = writable_shared("self")
-    fds = {int(f) for f in os.listdir("/proc/self/fd")} - protocol
-    status = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text()
-                  .splitlines() if ":\t" in line)
-    return {
-        "threads": len(os.listdir("/proc/self/task")),
-        "file descriptors": {f for f in fds if os.path.exists(f"/proc/self/fd/{f}")},
-        "shared writable mappings": {mapped(line) for line in shared
-                                     if line.split()[1][1:2] == b"w"},
-        "shared read-only mappings": {mapped(line) for line in shared
-                                      if line.split()[1][1:2] != b"w"},
-        "signal handlers": (status.get("SigCgt", "").strip(), status.get("SigIgn", "").strip(),
-                            tuple(signal.getsignal(s) for s in signal.valid_signals()
-                                  if s not in (signal.SIGKILL, signal.SIGSTOP))),
-        "hooks": (sys.gettrace(), sys.getprofile(), tuple(gc.callbacks)),
-        "namespaces": (tuple(os.readlink(f"/proc/self/ns/{ns}")
-                             for ns in sorted(os.listdir("/proc/self/ns"))),
-                       os.readlink("/proc/self/root"), os.getcwd()),
-        "mounts": Path("/proc/self/mountinfo").read_text(),
-    }
-
-
-def left_by_import(before: dict, after: dict) -> list[str]:
-    """What importing the policy left that every case would share (nothing is allowed)."""
-    found = []
-    if after["threads"] > before["threads"]:
-        found.append(f"{after['threads'] - before['threads']} thread(s) running")
-    for kind in ("file descriptors", "shared writable mappings", "shared read-only mappings"):
-        if extra := after[kind] - before[kind]:
-            found.append(f"{kind} open ({', '.join(map(str, sorted(extra)))})")
-    if after["signal handlers"] != before["signal handlers"]:
-        found.append("signal handlers set")
-    if after["hooks"] != before["hooks"]:
-        found.append("a tracing, profiling or garbage-collection hook set")
-    if after["namespaces"] != before["namespaces"]:
-        found.append("its namespaces, root or working directory changed")
-    if after["mounts"] != before["mounts"]:
-        found.append("its mounts changed")
-    return found
+def _own_state() -> dict:
+    """What of this process only Python can see, that would outlive the import in every fork:
+    its signal handlers and its tracing and collection hooks. (What the kernel holds, the host
+    reads from /proc: `agents/case_checks.py`, `server_state`.)"""
+    return {"signal handlers": tuple(signal.getsignal(s) for s in signal.valid_signals()
+                                     if s not in (signal.SIGKILL, signal.SIGSTOP)),
+            "hooks": (sys.gettrace(), sys.getprofile(), tuple(gc.callbacks))}
 
 
 def serve(target: str, name: str, source: Path, digest: str, path: list[str],
           control: socket.socket, address: str) -> None:
-    """Import the policy's code once, check that the import left nothing behind, then fork one
-    case per request on `control`; nothing else. It reads no case's data, so every case starts
-    from the same state: the one the import made. Its words to the host go over `control`: b"r"
-    and the class's name, or b"u" and why it cannot be loaded. The policy's import path `path`
-    is put first here, never in the host (`agents/host.py` says why)."""
+    """Import the policy's code once, let the host check that the import left nothing behind,
+    then fork one case per request on `control`; nothing else. It reads no case's data, so
+    every case starts from the same state: the one the import made. Its words to the host go
+    over `control`: b"i" before the import (the host reads this process's state, and answers);
+    b"l" and the class's name after it, or b"u" and why it cannot be loaded; b"r" once the
+    host, having compared the state, said go on. Each case's channel to the host is a socket
+    made before the import (`CASES_PER_SERVER`), since the fork server's filter refuses every
+    new socket. The policy's import path `path` is put first here, never in the host
+    (`agents/host.py` says why)."""
     sandboxed = os.environ.get("FINALITY_SANDBOX") == "1"
+    channels = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                for _ in range(CASES_PER_SERVER)]
     if sandboxed:  # bound before the import (which can still change what they run: the host
         # checks every case from /proc)
         from agents.isolation import enter_case, enter_worker, isolate_worker, restrict_case
-        enter_worker()
-    before = _state({control.fileno()})
+        cases = enter_worker()
+    before = _own_state()
+    control.send(b"i")
+    control.recv(1)
     sys.path[:0] = path
     try:
         cls = load_class(target, name, source, digest)
     except BaseException as exc:  # noqa: BLE001 - a module may raise anything on import
         control.send(b"u" + why(exc).encode()[:SAID_BYTES])
         return
-    left = left_by_import(before, _state({control.fileno()}))
+    after = _own_state()
+    left = [f"{kind} set" for kind in before if after[kind] != before[kind]]
     if left:
         control.send(b"u" + (f"importing it left {'; '.join(left)}: each case is forked from "
                              "the imported code, so nothing may outlive the import").encode())
         return
+    control.send(b"l" + str(cls.name).encode()[:SAID_BYTES])
+    if control.recv(1) != b"g":  # the host found what the import left, and ends this process
+        return
     if sandboxed:
-        isolate_worker()
+        isolate_worker(cases)
     else:
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped unread
     # Every object the import made is left out of the collector's passes from now on: a case's
     # collection would otherwise write to every page that holds one, and copy them all.
     gc.freeze()
-    control.send(b"r" + str(cls.name).encode()[:SAID_BYTES])
+    control.send(b"r")
     recv, fork = control.recv, os.fork
-    while recv(1):
+    while recv(1) and channels:
+        channel = channels.pop()
         if fork() == 0:
             try:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as the import left it
                 control.close()
+                for other in channels:
+                    other.close()
                 if sandboxed:
                     enter_case()
-                channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 channel.connect(address)
                 if sandboxed:
                     restrict_case(channel.detach())
@@ -213,6 +190,7 @@ def serve(target: str, name: str, source: Path, digest: str, path: list[str],
                 _case(cls, channel)
             finally:  # the policy may raise anything, SystemExit too
                 os._exit(0)
+        channel.close()
 
 
 def _case(cls, channel: socket.socket) -> None:

@@ -71,7 +71,8 @@ import time
 from pathlib import Path
 
 from agents.bwrap import HOSTDIR
-from agents.case_checks import case_problems, expected_mounts, others, peer
+from agents.case_checks import (case_problems, expected_mounts, left_by_import, others, peer,
+                                 server_state)
 from agents import fork_server
 from agents.limits import MAX_LINE, STDERR_CASE, STDERR_TOTAL
 from agents.spec import ROOT
@@ -98,7 +99,7 @@ class _Host:
         self.cut = False  # whether this case's standard error was cut (said once a case)
         self.case = None  # (channel, pid, token, buffer)
         self.control: socket.socket | None = None
-        self.zygote = 0
+        self.zygote = self.forked = 0
         if sandboxed:  # what every case's mounts must be
             self.mounts = expected_mounts()
 
@@ -119,12 +120,21 @@ class _Host:
             fork_server.serve(*self.policy, socket.socket(fileno=3), self.address)
             os._exit(0)
         theirs.close()
-        self.control, self.zygote, self.killed = ours, zygote, ()
-        self.wait(ours.fileno())
-        loaded = ours.recv(fork_server.SAID_BYTES + 1)
-        if not loaded.startswith(b"r"):
-            raise _Unloadable(loaded[1:].decode(errors="replace") if loaded else
-                              "loading it ended its process")
+        self.control, self.zygote, self.killed, self.forked = ours, zygote, (), 0
+        try:  # its state read before and after the import; told to go on between
+            before = server_state(zygote) if self.said() == b"i" else None
+            loaded = self.said() if before is not None and ours.send(b"g") else b""
+            if loaded[:1] == b"u":
+                raise _Unloadable(loaded[1:].decode(errors="replace"))
+            left = left_by_import(before, server_state(zygote)) if loaded[:1] == b"l" else []
+            if left:
+                raise _Unloadable(f"importing it left {'; '.join(left)}: each case is forked "
+                                  "from the imported code, so nothing may outlive the import")
+            ready = loaded[:1] == b"l" and ours.send(b"g") and self.said() == b"r"
+        except OSError:  # it ended while we looked
+            ready = False
+        if not ready:
+            raise _Unloadable("loading it ended its process")
         if self.sandboxed:
             left = others({os.getpid(), zygote})
             if left:
@@ -132,6 +142,14 @@ class _Host:
                                   f"({'; '.join(left.values())}): a case may start none, and "
                                   "the import none that lives")
         return loaded[1:].decode(errors="replace")
+
+    def said(self) -> bytes:
+        """The fork server's next word on the control socket (empty: it ended)."""
+        self.wait(self.control.fileno())
+        try:
+            return self.control.recv(fork_server.SAID_BYTES + 1)
+        except OSError:
+            return b""
 
     def load(self) -> bool:
         """Start a fork server and its first case, and tell the grader: ready, with the class's
@@ -254,6 +272,13 @@ class _Host:
             if left:
                 return (f"a process outlived its case ({'; '.join(left.values())}): a case may "
                         "start none, and the import none that lives")
+        if self.forked == fork_server.CASES_PER_SERVER:  # its channels used up: a fresh one
+            self.restart()
+            try:
+                self.start_server()
+            except _Unloadable as exc:
+                return f"its code could not be loaded again: {exc}"
+        self.forked += 1
         self.control.send(b"c")
         if not self.wait(self.listener.fileno(), time.monotonic() + CASE_START_S):
             return f"no case connected within {CASE_START_S:g} s of being forked"

@@ -63,43 +63,97 @@ def _fresh_places(options: bytes) -> None:
                f"a fresh {place}")
 
 
-def enter_worker() -> None:
+def _namespace_for_cases() -> int:
+    """A user namespace made now, before the import, for the cases (entered after it:
+    `isolate_worker`), mapped as this one is; a descriptor of it. A child makes it, and this
+    process writes its maps from /proc, which is hidden before the import."""
+    ready, told = os.pipe(), os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            _check(_libc.unshare(CLONE_NEWUSER), "unshare")
+            os.write(ready[1], b"u")
+            os.read(told[0], 1)
+        finally:
+            os._exit(0)
+    try:
+        if os.read(ready[0], 1) != b"u":
+            raise OSError("sandbox: the cases' user namespace could not be made")
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{CASE_ID} {CASE_ID} 1"),
+                           ("gid_map", f"{CASE_ID} {CASE_ID} 1")):
+            fd = os.open(f"/proc/{child}/{name}", os.O_WRONLY)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+        return os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.write(told[1], b"x")
+        os.waitpid(child, 0)
+        for fd in (*ready, *told):
+            os.close(fd)
+
+
+def _hide_proc() -> None:
+    """A read-only tmpfs over /proc, holding only a copy of /proc/cpuinfo as it reads now (what
+    numerical libraries read at import to size their kernels: a snapshot counts nothing)."""
+    cpuinfo = open("/proc/cpuinfo", "rb").read()
+    _check(_libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_NOSUID | MS_NODEV,
+                       f"size={len(cpuinfo) + 8192},mode=555".encode()), "hiding /proc")
+    with open("/proc/cpuinfo", "wb") as copy:
+        copy.write(cpuinfo)
+    _check(_libc.mount(None, b"/proc", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                       None), "hiding /proc")
+
+
+def enter_worker() -> int:
     """Called in the fork server before the policy's import: the import gets writable places
     of this server's own (a fresh tmpfs on the scratch folder and /dev/shm, which bwrap shows
     read-only: nothing written there reaches another chunk's server, and no case sees it), the
-    host's folder read-only, the fork server's seccomp filter and no capability. All of it is
-    kernel state, set before any of the policy's code runs: the import, and any hook it leaves
-    in this process, can change this process's memory (what `isolate_worker` and the cases
-    later do), not this. (`isolate_worker` takes a namespace of its own again after the
-    import, for the cases.)"""
+    host's folder read-only, no /proc (the machine's counters are there, and the host checks
+    this process from its own), an address-space limit (a case's), the fork server's seccomp
+    filter and no capability. All of it is kernel state, set before any of the policy's code
+    runs: the import, and any hook it leaves in this process, can change this process's memory
+    (what `isolate_worker` and the cases later do), not this. Mounts made here are locked in
+    the cases' namespace: nothing there can uncover /proc. Returns a descriptor of the user
+    namespace the cases get, made now (`isolate_worker` enters it)."""
     if platform.machine() not in NUMBERS:
         raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
+    import resource
     _own_namespaces()
     _fresh_places(_tmpfs_options())
     _check(_libc.mount(None, HOSTDIR.encode(), None,
                        MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
            "making the host's folder read-only")
+    cases = _namespace_for_cases()
+    _hide_proc()
+    memory = limits()["memory_mb"] << 20
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     PR_SET_NO_NEW_PRIVS = 38
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _seccomp(_filter(seccomp_program(platform.machine(), SERVER_DENIED, processes=True)))
     _check(_libc.syscall(SYSCALLS["capset"], struct.pack("Ii", 0x20080522, 0), bytes(24)),
            "dropping capabilities")
+    return cases
 
 
-def isolate_worker() -> None:
-    """Called once in the fork server (the host's zygote, after the policy's import and its
-    checks; single-threaded): a user and mount namespace of its own, /proc hidden, the
-    capability bounding set emptied, exit statuses of its children discarded by the kernel,
-    its own seccomp filter, and every case's filter and limits built, so that a case pays only
-    for what must be its own."""
+def isolate_worker(cases: int) -> None:
+    """Called once in the fork server (the host's zygote, after the policy's import and the
+    host's checks of it; single-threaded): the user namespace `cases` made before the import,
+    and a mount namespace of its own (every mount made before the import locked in it: /proc
+    stays hidden), the capability bounding set emptied, exit statuses of its children discarded
+    by the kernel, and every case's filter and limits built, so that a case pays only for what
+    must be its own."""
     if platform.machine() not in NUMBERS:
         raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
     if _PREPARED:
         return
     import resource
-    _own_namespaces()
-    _check(_libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV,
-                       b"size=4k"), "hiding /proc")
+    _check(_libc.syscall(SYSCALLS["setns"], cases, CLONE_NEWUSER), "entering the cases' user "
+           "namespace")
+    os.close(cases)
+    _check(_libc.unshare(CLONE_NEWNS), "unshare")
+    _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
     PR_CAPBSET_DROP = 24
     for cap in range(64):
         _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last one: nothing to drop

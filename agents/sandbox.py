@@ -15,18 +15,21 @@ Python (docs/trust.md):
    chunk's fork server leaves nothing for the next.
 2. The process the cases are forked from (the host's zygote, a fork server, one per chunk of
    work) takes, before the policy's import, a user and mount namespace of its own, a private
-   tmpfs for what the import writes, the host's folder read-only, its own seccomp filter (no
-   ptrace, no reading another process's memory or descriptors, no IPC object that outlives it,
-   no socket anyone could connect to: no bind, no listen, no socket pair, only unix stream
-   sockets, which can only connect, and the one listener is the host's; no query or eviction
-   of the page cache) and no capability (`enter_worker`). This is kernel state: the import,
-   and the hooks it may leave in the fork server (which runs them before every fork), can
-   change the fork server's memory, never this. After the import it takes another user
-   namespace, for its cases (`isolate_worker`). Every case is two forks away from it: the
+   tmpfs for what the import writes, the host's folder read-only, /proc hidden (the host reads
+   the fork server's state from its own), a case's address-space limit, its own seccomp filter
+   (no ptrace, no reading another process's memory or descriptors, no IPC object that outlives
+   it, no new socket at all: its cases' channels are made before the filter, and the one
+   listener is the host's; no pipe, memfd, pidfd, sysinfo or mount id, whose numbers are
+   counters of the whole machine; no unmount; no query or eviction of the page cache) and no
+   capability (`enter_worker`). This is kernel state: the import, and the hooks it may leave
+   in the fork server (which runs them before every fork), can change the fork server's
+   memory, never this. After the import it enters the user namespace it made for its cases
+   before the import, and a mount namespace of its own, where every mount made before the
+   import is locked: nothing run there can uncover /proc (`isolate_worker`). Every case is two forks away from it: the
    first (`enter_case`) makes fresh pid and mount namespaces and mounts a fresh, size-capped
    tmpfs on the scratch folder (`/scratch`, the case's `$TMPDIR` and `$HOME`) and on
    `/dev/shm`, then forks the case as pid 1 of its namespace and exits; the case
-   (`restrict_case`) connects to the host, keeps only that socket and the capped stderr relay,
+   (`restrict_case`) connects its channel to the host, keeps only that socket and the capped stderr relay,
    then takes limits (address space, file size, CPU time, open files), drops every capability
    and takes the case filter (no new process, only threads; no new socket; no System V or POSIX
    message-queue IPC object; no keyring, no ptrace, no mount, no namespace; no query or
@@ -54,8 +57,8 @@ Python (docs/trust.md):
    MADV_REMOVE, preadv2's RWF_NOWAIT and RWF_DONTCACHE, Linux AIO; `agents/seccomp.py` says
    which and why). The fork server's holds for every case whatever the import rewrites. What
    is left: a case still caches what it reads, and a read from the disk takes longer (40-300
-   us against 1-3 us here: a later case that times its reads reads the bits), and the fork
-   server's import still sees its own page faults in /proc/self. docs/trust.md says so.
+   us against 1-3 us here: a later case that times its reads reads the bits). docs/trust.md
+   says so.
 
    (A per-case user namespace and a seccomp filter built per case were measured at 11 ms a
    case and are made once in the fork server; a network namespace per case cost 1.5 ms more,
@@ -101,12 +104,14 @@ def layers() -> dict:
                        "repository's agents/ and finality_gym/, and the policy's own code; "
                        "a bare environment",
             "case": "forked from a fork server in its own user and mount namespaces with /proc "
-                    "hidden, filtered itself (no ptrace, no reading of other processes' memory "
-                    "or exit statuses); own pid and mount namespaces; writable only "
-                    "$TMPDIR (/scratch) and /dev/shm, a fresh 64 MiB tmpfs each; /tmp and /dev "
-                    "read-only; no new processes, sockets, namespaces, mounts, System V or "
-                    "message-queue IPC, keyrings or ptrace, no query or eviction of the page "
-                    "cache (seccomp)",
+                    "hidden from before the policy's import (locked), its address space "
+                    "limited from before the import, filtered itself (no ptrace, no reading of "
+                    "other processes' memory or exit statuses, no socket, pipe or other object "
+                    "numbered by a counter of the machine's); own pid and mount namespaces; "
+                    "writable only $TMPDIR (/scratch) and /dev/shm, a fresh 64 MiB tmpfs each; "
+                    "/tmp and /dev read-only; no new processes, sockets, pipes, namespaces, "
+                    "mounts, System V or message-queue IPC, keyrings or ptrace, no query or "
+                    "eviction of the page cache, no counter of the machine's (seccomp)",
             "channel": "one socket per case, accepted by the host and checked from /proc "
                        "before the brief (pid namespace, filter, capabilities, descriptors, "
                        "no shared mapping that can be written); the case's pid namespace killed "
@@ -189,6 +194,7 @@ def _probe(grader_pid: int, port: int, code: str, first: bool) -> dict:
         abstract = None
     found["made a socket"] = abstract is not None
     found["queried or evicted the page cache"] = _page_cache_calls() or False
+    found["reached a counter of the machine's"] = _counters() or False
     if first:
         os.utime(SCRATCH, (1, 1))
         os.chmod("/dev/shm", 0o700)
@@ -250,6 +256,24 @@ def _page_cache_calls() -> list[str]:
     return ran
 
 
+def _counters() -> list[str]:
+    """The objects numbered by a counter of the whole machine that this case could make (a new
+    pipe's or memfd's inode number, a pidfd's), or its memory and process counts; none may."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    calls = {"pipe": os.pipe, "memfd_create": lambda: os.memfd_create("probe"),
+             "pidfd_open": lambda: os.pidfd_open(os.getpid()),
+             "sysinfo": lambda: libc.sysinfo(ctypes.create_string_buffer(256))}
+    ran = []
+    for name, call in calls.items():
+        try:
+            if call() != -1:  # (a C call's -1: it failed)
+                ran.append(name)
+        except OSError:
+            pass
+    return ran
+
+
 def _self_test_cases(argv: list[str]) -> dict:
     """Inside bwrap: the host's part of two cases (a fork server, a listener, the checks)."""
     grader_pid, port, code = int(argv[0]), int(argv[1]), argv[2]
@@ -268,15 +292,14 @@ def _self_test_cases(argv: list[str]) -> dict:
         os.dup2(write_end, 2)
         os.dup2(theirs.fileno(), 3)
         close_range(4)
-        enter_worker()
-        isolate_worker()
+        channels = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+        isolate_worker(enter_worker())  # (no socket can be made after it: made before)
         control = socket.socket(fileno=3)
-        for first in (True, False):
+        for first, channel in ((True, channels[0]), (False, channels[1])):
             control.recv(1)
             if os.fork() == 0:
                 control.close()
                 enter_case()
-                channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 channel.connect(address)
                 restrict_case(channel.detach())
                 with socket.socket(fileno=3) as channel:

@@ -13,8 +13,13 @@ what is cached or evicts it (`PAGE_CACHE`, `EVICTING_ADVICE`, `CACHE_FLAGS`): th
 holds for every case whatever the import does (a hostile import can rewrite the case's filter,
 which is built in its memory; it cannot remove the fork server's, which every case inherits).
 What no filter refuses: a read still caches what it reads, and takes longer when it goes to the
-disk (a later case that times its reads reads the bits), and the import sees its own page
-faults in /proc/self (docs/trust.md, "What the sandbox does not cover").
+disk (a later case that times its reads reads the bits: docs/trust.md, "What the sandbox does
+not cover").
+
+Counters of the whole machine are a channel of the same kind, and exact: what numbers a new
+pipe, socket, memfd, pidfd or mount, and the machine's memory and process counts (`COUNTERS`).
+Both filters refuse them; the fork server may make no socket at all, so its cases' channels are
+made before its filter (`agents/fork_server.py`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,11 @@ NUMBERS = {
                "pidfd_getfd": 438, "close_range": 436, "socket": 41, "socketpair": 53,
                "bind": 49, "listen": 50, "mincore": 27, "madvise": 28, "getrusage": 98,
                "io_setup": 206, "io_submit": 209, "fadvise64": 221, "move_pages": 279,
-               "preadv2": 327, "pwritev2": 328, "process_madvise": 440, "cachestat": 451},
+               "preadv2": 327, "pwritev2": 328, "process_madvise": 440, "cachestat": 451,
+               "pipe": 22, "pipe2": 293, "memfd_create": 319, "memfd_secret": 447,
+               "pidfd_open": 434, "sysinfo": 99, "open_tree": 428, "move_mount": 429,
+               "fsopen": 430, "fsmount": 432, "fspick": 433, "name_to_handle_at": 303,
+               "statmount": 457, "listmount": 458, "statx": 332},
     "aarch64": {"clone": 220, "clone3": 435, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "add_key": 217, "request_key": 218, "keyctl": 219,
                 "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
@@ -47,7 +56,11 @@ NUMBERS = {
                 "socket": 198, "socketpair": 199, "bind": 200, "listen": 201,
                 "mincore": 232, "madvise": 233, "getrusage": 165, "io_setup": 0,
                 "io_submit": 2, "fadvise64": 223, "move_pages": 239, "preadv2": 286,
-                "pwritev2": 287, "process_madvise": 440, "cachestat": 451},
+                "pwritev2": 287, "process_madvise": 440, "cachestat": 451,
+                "pipe2": 59, "memfd_create": 279, "memfd_secret": 447, "pidfd_open": 434,
+                "sysinfo": 179, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+                "fsmount": 432, "fspick": 433, "name_to_handle_at": 264, "statmount": 457,
+                "listmount": 458, "statx": 291},
 }
 SYSCALLS = NUMBERS.get(platform.machine(), {})
 # What makes the page cache a channel, refused to the fork server and every case: the queries
@@ -67,20 +80,34 @@ EVICTING_ADVICE = (9, 20, 21)
 # (a query), RWF_DONTCACHE drops what it read (a read that leaves no trace: a probe by its
 # time that every later reader could repeat).
 CACHE_FLAGS = 0x08 | 0x80
+# What reads or advances a counter the whole machine shares, so that one process could leave a
+# number for a later one, of its chunk, another entry or another run (an outside red team did:
+# every new pipe takes its inode number from one kernel-wide counter, so a private case made 2^18
+# pipes and a later entry's public cases read the count from a pipe of their own): the objects
+# numbered by kernel-wide counters (pipes, sockets, which a case's channel is made before the
+# import instead, memfds and secret memory, pidfds; and clone's CLONE_PIDFD, statx's unique
+# mount id, below), the machine's memory and process counts (sysinfo), and the mount calls
+# that number mounts or undo the fork server's (umount2 and the new mount API; statmount and
+# listmount name every mount by a counter; name_to_handle_at a mount id).
+COUNTERS = ("pipe", "pipe2", "socket", "memfd_create", "memfd_secret", "pidfd_open", "sysinfo",
+            "umount2", "open_tree", "move_mount", "fsopen", "fsmount", "fspick",
+            "name_to_handle_at", "statmount", "listmount")
+CLONE_PIDFD = 0x1000
+STATX_MNT_ID_UNIQUE = 0x4000
 DENIED = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "add_key",
           "request_key", "keyctl", "unshare", "setns", "mount", "umount2", "pivot_root",
           "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "shmget", "semget",
-          "msgget", "mq_open", "pidfd_getfd", "socket", "socketpair", *PAGE_CACHE)
+          "msgget", "mq_open", "pidfd_getfd", "socketpair", *PAGE_CACHE, *COUNTERS)
 # The fork server's own, taken before the import (so every case has it too, whatever the import
-# does): it may fork (its cases) and make namespaces and mounts (for them), but it may not read
-# another process (ptrace, its memory, its descriptors), make IPC objects that outlive it, make
-# a socket anyone could reach (no bind, no listen, no socket pair, no socket but a unix stream
-# one, which can only connect: the one listener in the sandbox is the host's), or query or evict
-# the page cache.
+# does): it may fork (its cases), make namespaces and mounts (for them) and enter the user
+# namespace it made for them before the import (setns), but it may not read another process
+# (ptrace, its memory, its descriptors), make IPC objects that outlive it, make any socket (its
+# cases' channels are made before the filter; the one listener in the sandbox is the host's),
+# query or evict the page cache, or read or advance a counter of the machine's (`COUNTERS`).
 SERVER_DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "add_key",
-                 "request_key", "keyctl", "setns", "pivot_root", "bpf", "perf_event_open",
+                 "request_key", "keyctl", "pivot_root", "bpf", "perf_event_open",
                  "userfaultfd", "io_uring_setup", "shmget", "semget", "msgget", "mq_open",
-                 "bind", "listen", "socketpair", *PAGE_CACHE)
+                 "bind", "listen", "socketpair", *PAGE_CACHE, *COUNTERS)
 
 _LD, _JEQ, _JGE, _JSET, _AND, _RET = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # ld [k] is 32-bit
 _ALLOW, _KILL, _EPERM, _ENOSYS = 0x7FFF0000, 0x80000000, 0x00050000 | 1, 0x00050000 | 38
@@ -99,9 +126,10 @@ def _argument(nr: int, index: int, values: tuple[int, ...] = (), mask: int = 0) 
 def seccomp_program(machine: str, denied_names: tuple[str, ...] = DENIED,
                     processes: bool = False) -> list[tuple[int, int, int, int]]:
     """The classic-BPF filter: (code, jt, jf, k) instructions over `struct seccomp_data`; the
-    calls `denied_names` fail with EPERM, and so do madvise with `EVICTING_ADVICE` and preadv2
-    and pwritev2 with `CACHE_FLAGS`; unless `processes`, so does every clone but a thread's;
-    with `processes` (the fork server's), so does every socket but a unix stream socket."""
+    calls `denied_names` fail with EPERM, and so do madvise with `EVICTING_ADVICE`, preadv2
+    and pwritev2 with `CACHE_FLAGS` and statx asking for `STATX_MNT_ID_UNIQUE`; clone3 says
+    ENOSYS; unless `processes`, every clone but a thread's fails; with `processes` (the fork
+    server's), a clone that makes a pidfd."""
     numbers = NUMBERS[machine]
     denied = [numbers[name] for name in denied_names if name in numbers]
     program = [(_LD, 0, 0, 4), (_JEQ, 1, 0, _ARCH[machine]), (_RET, 0, 0, _KILL),  # the arch
@@ -113,14 +141,14 @@ def seccomp_program(machine: str, denied_names: tuple[str, ...] = DENIED,
     program += _argument(numbers["madvise"], 2, values=EVICTING_ADVICE)  # (int advice)
     for name in ("preadv2", "pwritev2"):  # (fd, iov, iovcnt, pos_l, pos_h, int flags)
         program += _argument(numbers[name], 5, mask=CACHE_FLAGS)
-    if processes:
-        AF_UNIX = SOCK_STREAM = 1
-        return program + [(_JEQ, 0, 6, numbers["socket"]),
-                          (_LD, 0, 0, 16), (_JEQ, 0, 3, AF_UNIX),       # the domain (low word)
-                          (_LD, 0, 0, 24), (_AND, 0, 0, 0xF),           # the type, less its flags
-                          (_JEQ, 1, 0, SOCK_STREAM), (_RET, 0, 0, _EPERM),
+    # (dirfd, path, flags, unsigned int mask, buffer): the unique mount id counts mounts
+    program += _argument(numbers["statx"], 3, mask=STATX_MNT_ID_UNIQUE)
+    # clone3's arguments are in memory a filter cannot read: ENOSYS, so that the C library falls
+    # back to clone, whose flags it can
+    program += [(_JEQ, 0, 1, numbers["clone3"]), (_RET, 0, 0, _ENOSYS)]
+    if processes:  # any clone but one that makes a pidfd
+        return program + [*_argument(numbers["clone"], 0, mask=CLONE_PIDFD),
                           (_RET, 0, 0, _ALLOW)]
-    program += [(_JEQ, 0, 1, numbers["clone3"]), (_RET, 0, 0, _ENOSYS),
-                (_JEQ, 0, 4, numbers["clone"]), (_LD, 0, 0, 16),  # clone's flags (low word)
+    program += [(_JEQ, 0, 4, numbers["clone"]), (_LD, 0, 0, 16),  # clone's flags (low word)
                 (_JSET, 0, 1, CLONE_THREAD), (_RET, 0, 0, _ALLOW), (_RET, 0, 0, _EPERM)]
     return program + [(_RET, 0, 0, _ALLOW)]

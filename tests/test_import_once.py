@@ -55,7 +55,7 @@ def test_a_module_level_counter_starts_afresh_in_every_case(tmp_path, sandbox):
 
 @pytest.mark.parametrize("setup,reason", [
     ("import mmap\nSHARED = mmap.mmap(-1, 4096)\n", "shared writable mappings open (anonymous)"),
-    ("import os\nPIPE = os.pipe()\n", "file descriptors open"),
+    ("import os\nFD = os.open(os.devnull, os.O_RDONLY)\n", "file descriptors open"),
     ("import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True)"
      ".start()\n", "1 thread(s) running"),
     ("import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)\n", "signal handlers set"),
@@ -103,3 +103,20 @@ def test_without_the_sandbox_the_memory_attack_is_real(tmp_path):
     code, rows = grade(tmp_path, THROUGH_PROC, "--sandbox", "off")
     assert code == 0
     assert sum(r["disposition"] == "ship" for r in rows) == len(rows) - 1
+
+
+def test_a_policy_played_past_its_fork_servers_channels_goes_on_with_a_fresh_one():
+    """A fork server makes its cases' channels before the import (its filter refuses any socket
+    after it), `CASES_PER_SERVER` of them; an outside policy played on without the grader's
+    chunks (a user's own loop over `run_episode`) gets a fresh fork server when they are used
+    up, and plays each case as the project's own class does."""
+    from agents import make_policy, run_episode
+    from agents.fork_server import CASES_PER_SERVER
+    tasks = finality_gym.load_corpus("public").tasks
+    jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(CASES_PER_SERVER + 4)]
+    outside, own = make_policy("agents.scripted:FinalityGate"), make_policy("finality_gate")
+    try:
+        played = [run_episode(outside, task, seed).to_dict() for task, seed in jobs]
+    finally:
+        outside.close()
+    assert played == [run_episode(own, task, seed).to_dict() for task, seed in jobs]

@@ -6,7 +6,12 @@
 - the page never publishes a policy's own words once grading began (a bundle that loaded when
   checked and fails to load when graded);
 - a case that counts the cases before it (`tests/redteam/os_place.py`) learns its place in an
-  order drawn at random, nothing of its job.
+  order drawn at random, nothing of its job;
+- no case and no import reaches a counter of the whole machine (`tests/redteam/os_counter.py`:
+  the inode numbers of new pipes, sockets, memfds and pidfds, sysinfo, unique mount ids, /proc);
+- the fork server's own code, run again before every fork, cannot uncover /proc
+  (`tests/redteam/os_uncover.py`);
+- an import gets no more address space than a case (`tests/redteam/os_import_memory.py`).
 
 Each attack acts on what it finds, so each test fails where the leak is open (they did on
 8b36e67). The harness (`attack`, `headline`, the sandbox's skip-or-fail) is
@@ -28,8 +33,9 @@ from eval.grading.runfolder import read_rows
 from finality_gym import load_corpus
 from finality_gym.corpus import new_master_seed
 
-from sandbox_harness import (REDTEAM, _one_matplotlib_cache, attack, headline,  # noqa: F401
-                             needs_sandbox)
+from agents.limits import limits
+from sandbox_harness import (REDTEAM, SANDBOX, TASKS, _one_matplotlib_cache,  # noqa: F401
+                             all_refund, attack, grading, headline, needs_sandbox)
 
 PROTOCOL = ["--subset", "stratified", "--seeds", "1", "--workers", "1", "--no-progress"]
 HOST_IMPORT = (REDTEAM / "host_import.py").read_bytes()
@@ -116,3 +122,21 @@ def test_a_case_that_counts_learns_nothing_of_its_job(tmp_path):
     # a random order: about CHUNK * CHUNK / len(tasks) (51 of 128) land there by chance; the
     # chance of 90 or more is below 1e-12
     assert len(second) < 90, (len(second), found)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOX)
+@pytest.mark.parametrize("module,cls", [("os_counter", "Counter"), ("os_uncover", "Uncover"),
+                                        ("os_import_memory", "ImportMemory")])
+def test_no_case_or_import_reaches_a_counter_proc_or_memory_of_the_machine(tmp_path, sandbox,
+                                                                           module, cls):
+    """Each attack escalates where its channel (a counter of the machine's, /proc uncovered from
+    the fork server, address space past a case's at import) is open and refunds where it is
+    closed. Sandboxed, all are closed: every case refunds. Without the sandbox, each is open, so
+    the test can fail (and did, sandboxed, on the tree before this one)."""
+    grading(sandbox)
+    spec = attack(tmp_path, module, cls, MB=limits()["memory_mb"] + 512)
+    run = headline(tmp_path, [spec], sandbox, workers=1)
+    if sandbox == "on":
+        all_refund(run, spec)
+    else:
+        assert run.code == 0 and run.dispositions(spec) == {"escalate": TASKS}, run

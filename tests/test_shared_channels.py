@@ -319,10 +319,17 @@ def test_the_filters_refuse_the_page_cache_calls_by_their_arguments(machine, whi
                             (0x80, "EPERM"), (0x89, "EPERM")):
             assert verdict(call, 3, 0, 1, 0, 0, flags) == said, (call, flags)
         assert verdict(call, 3, 0, 1, 0, 8, 0) == "allow"  # RWF_NOWAIT in pos_h: not flags
-    unix, inet, thread = (1, 1), (2, 1), 0x10000
+    unix, inet, thread, pidfd = (1, 1), (2, 1), 0x10000, 0x1000
     assert verdict("clone", thread) == "allow"
     assert verdict("clone", 0x11) == ("allow" if which == "fork server" else "EPERM")
-    assert verdict("clone3") == ("allow" if which == "fork server" else "ENOSYS")
-    assert verdict("socket", *unix) == ("allow" if which == "fork server" else "EPERM")
-    assert verdict("socket", *inet) == "EPERM"
+    assert verdict("clone", 0x11 | pidfd) == "EPERM"  # a pidfd's number counts processes
+    assert verdict("clone3") == "ENOSYS"  # the C library falls back to clone
+    assert verdict("socket", *unix) == verdict("socket", *inet) == "EPERM"
+    # what reads or advances a counter of the machine's, in both filters
+    for call in ("pipe2", "memfd_create", "pidfd_open", "sysinfo", "umount2", "open_tree",
+                 "move_mount", "statmount", "listmount", "name_to_handle_at"):
+        assert verdict(call) == "EPERM", call
+    assert verdict("statx", 3, 0, 0, 0x7FF) == "allow"  # what os.stat asks
+    assert verdict("statx", 3, 0, 0, 0x7FF | 0x4000) == "EPERM"  # the unique mount id
+    assert verdict("setns") == ("allow" if which == "fork server" else "EPERM")
     assert verdict("close_range") == "allow"
