@@ -88,6 +88,12 @@ def command(argv: list[str], shown: dict[str, str], env: dict[str, str]) -> list
     return [*args, "--", *argv]
 
 
+def tmpfs_options() -> bytes:
+    """A case's writable place's tmpfs: open to the case's user, size-capped where bwrap caps
+    one."""
+    return (f"size={FILE_MB}m,mode=1777" if sizes_tmpfs() else "mode=1777").encode()
+
+
 @lru_cache(maxsize=1)
 def sizes_tmpfs() -> bool:
     """Whether this bwrap caps a tmpfs's size (`--size`, bubblewrap 0.8 and later)."""

@@ -119,8 +119,8 @@ def left_by_import(before: dict, after: dict) -> list[str]:
 def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[str]:
     """What is wrong with the process `pid` that connected as a case, checked by the host from
     /proc (kernel state, which no code of the policy's can forge) before the case is handed its
-    brief: it must be pid 1 of its own pid namespace, in a mount namespace other than the fork
-    server's (`server`), with exactly the `mounts` expected and its writable places on
+    brief: it must be pid 1 of its own pid namespace and lead a session of its own, in a mount
+    namespace other than the fork server's (`server`), with exactly the `mounts` expected and its writable places on
     filesystems the fork server holds neither mounted nor open, under a seccomp filter with
     no_new_privs, no capability and the limits, one thread, only its own descriptors (0:
     /dev/null; 1, 2: the stderr relay `relay`; 3: its socket) and no shared mapping that can be
@@ -135,6 +135,10 @@ def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[
             problems.append("it is not under the case's seccomp filter")
         if int(status.get("CapEff", "1"), 16) or int(status.get("CapPrm", "1"), 16):
             problems.append("it holds capabilities")
+        stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        if stat[2] != str(pid) or stat[3] != str(pid):  # its process group and session
+            problems.append("it is not in a session of its own (it could signal the sandbox's "
+                            "processes by group)")
         if status.get("Threads") != "1":
             problems.append(f"it runs {status.get('Threads')} threads before its first step")
         if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink(f"/proc/{server}/ns/mnt"):

@@ -145,9 +145,12 @@ def serve(target: str, name: str, source: Path, digest: str, path: list[str],
     if sandboxed:  # bound before the import (which can still change what they run: the host
         # checks every case from /proc)
         from agents.isolation import enter_case, enter_worker, isolate_worker, restrict_case
-        cases = enter_worker()
+        cases, clones = enter_worker()
+        socket.send_fds(control, [b"i"], [clones])  # the host answers every clone from now on
+        os.close(clones)
+    else:
+        control.send(b"i")
     before = _own_state()
-    control.send(b"i")
     control.recv(1)
     sys.path[:0] = path
     try:

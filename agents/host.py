@@ -71,6 +71,7 @@ import time
 from pathlib import Path
 
 from agents.bwrap import HOSTDIR
+from agents.supervisor import Supervisor
 from agents.case_checks import (case_problems, expected_mounts, left_by_import, others, peer,
                                  server_state)
 from agents import fork_server
@@ -99,6 +100,7 @@ class _Host:
         self.cut = False  # whether this case's standard error was cut (said once a case)
         self.case = None  # (channel, pid, token, buffer)
         self.control: socket.socket | None = None
+        self.supervisor: Supervisor | None = None  # sandboxed: answers the fork server
         self.zygote = self.forked = 0
         if sandboxed:  # what every case's mounts must be
             self.mounts = expected_mounts()
@@ -121,8 +123,15 @@ class _Host:
             os._exit(0)
         theirs.close()
         self.control, self.zygote, self.killed, self.forked = ours, zygote, (), 0
+        if self.supervisor is not None:
+            self.supervisor.close()
+            self.supervisor = None
         try:  # its state read before and after the import; told to go on between
-            before = server_state(zygote) if self.said() == b"i" else None
+            self.wait(ours.fileno())
+            said, listener, _, _ = socket.recv_fds(ours, 1, 1)
+            if listener:  # sandboxed: its filter's clones, which the host answers
+                self.supervisor = Supervisor(listener[0], zygote)
+            before = server_state(zygote) if said == b"i" else None
             loaded = self.said() if before is not None and ours.send(b"g") else b""
             if loaded[:1] == b"u":
                 raise _Unloadable(loaded[1:].decode(errors="replace"))
@@ -131,6 +140,8 @@ class _Host:
                 raise _Unloadable(f"importing it left {'; '.join(left)}: each case is forked "
                                   "from the imported code, so nothing may outlive the import")
             ready = loaded[:1] == b"l" and ours.send(b"g") and self.said() == b"r"
+            if ready and self.supervisor is not None:  # from now on, a fork when asked
+                self.supervisor.requests = 0
         except OSError:  # it ended while we looked
             ready = False
         if not ready:
@@ -181,7 +192,8 @@ class _Host:
         meanwhile; the grader gone ends everything."""
         watch = select.poll()
         watch.register(0, 0)  # POLLHUP once the grader closed its end (read only when asked)
-        for watched in {fd, self.stderr}:
+        clones = self.supervisor.fd if self.supervisor is not None else None
+        for watched in {fd, self.stderr} | ({clones} if clones is not None else set()):
             watch.register(watched, select.POLLIN)
         watch.register(self.protocol.fileno(), 0)  # POLLERR once no one reads the pipe
         while True:
@@ -191,6 +203,12 @@ class _Host:
                 raise _GraderGone
             if self.stderr in events:
                 self.pump()
+            if clones is not None and clones in events:
+                if events[clones] & select.POLLIN:
+                    self.supervisor.answer()
+                else:  # the fork server is gone: nothing more will ask
+                    watch.unregister(clones)
+                    clones = None
             if fd in events:
                 return True
             if 0 in events and fd != 0 and events[0] & (select.POLLHUP | select.POLLERR):
@@ -279,6 +297,8 @@ class _Host:
             except _Unloadable as exc:
                 return f"its code could not be loaded again: {exc}"
         self.forked += 1
+        if self.supervisor is not None:
+            self.supervisor.requests += 1
         self.control.send(b"c")
         if not self.wait(self.listener.fileno(), time.monotonic() + CASE_START_S):
             return f"no case connected within {CASE_START_S:g} s of being forked"

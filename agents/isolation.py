@@ -17,8 +17,9 @@ import platform
 import signal
 import struct
 
-from .bwrap import CASE_ID, HOSTDIR, SCRATCH, sizes_tmpfs
-from .limits import FILE_MB, limits
+from .bwrap import CASE_ID, HOSTDIR, SCRATCH, tmpfs_options
+from .supervisor import listen
+from .limits import limits
 from .seccomp import DENIED, NUMBERS, SERVER_DENIED, SYSCALLS, seccomp_program
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -49,11 +50,6 @@ def _own_namespaces() -> None:
         finally:
             os.close(fd)
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
-
-
-def _tmpfs_options() -> bytes:
-    """A writable place's tmpfs: open to the case's user, size-capped where bwrap caps one."""
-    return (f"size={FILE_MB}m,mode=1777" if sizes_tmpfs() else "mode=1777").encode()
 
 
 def _fresh_places(options: bytes) -> None:
@@ -106,7 +102,7 @@ def _hide_proc() -> None:
                        None), "hiding /proc")
 
 
-def enter_worker() -> int:
+def enter_worker() -> tuple[int, int]:
     """Called in the fork server before the policy's import: the import gets writable places
     of this server's own (a fresh tmpfs on the scratch folder and /dev/shm, which bwrap shows
     read-only: nothing written there reaches another chunk's server, and no case sees it), the
@@ -116,12 +112,14 @@ def enter_worker() -> int:
     runs: the import, and any hook it leaves in this process, can change this process's memory
     (what `isolate_worker` and the cases later do), not this. Mounts made here are locked in
     the cases' namespace: nothing there can uncover /proc. Returns a descriptor of the user
-    namespace the cases get, made now (`isolate_worker` enters it)."""
+    namespace the cases get, made now (`isolate_worker` enters it), and the listener of the
+    filter's clones, which the host answers (`agents/supervisor.py`): the caller hands it to the
+    host and closes it before the import."""
     if platform.machine() not in NUMBERS:
         raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
     import resource
     _own_namespaces()
-    _fresh_places(_tmpfs_options())
+    _fresh_places(tmpfs_options())
     _check(_libc.mount(None, HOSTDIR.encode(), None,
                        MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
            "making the host's folder read-only")
@@ -131,10 +129,10 @@ def enter_worker() -> int:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     PR_SET_NO_NEW_PRIVS = 38
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    _seccomp(_filter(seccomp_program(platform.machine(), SERVER_DENIED, processes=True)))
+    clones = listen(_filter(seccomp_program(platform.machine(), SERVER_DENIED, processes=True)))
     _check(_libc.syscall(SYSCALLS["capset"], struct.pack("Ii", 0x20080522, 0), bytes(24)),
            "dropping capabilities")
-    return cases
+    return cases, clones
 
 
 def isolate_worker(cases: int) -> None:
@@ -167,7 +165,7 @@ def isolate_worker(cases: int) -> None:
         setrlimit=resource.setrlimit, close_range=close_range,
         capabilities=(struct.pack("Ii", 0x20080522, 0), bytes(24)),  # v3, this process: none
         case=_filter(seccomp_program(platform.machine(), DENIED)),
-        tmpfs=_tmpfs_options())
+        tmpfs=tmpfs_options())
 
 
 def _filter(program: list) -> tuple:
@@ -191,12 +189,13 @@ def close_range(first: int) -> None:
 def enter_case() -> None:
     """Called in the fork server's child that starts a case: fresh pid and mount namespaces, a
     fresh tmpfs on the scratch folder and on /dev/shm, then the case itself forked
-    as pid 1 of the new pid namespace; this process exits at once (the case is reaped by the
+    as pid 1 of the new pid namespace, in a session of its own; this process exits at once (the case is reaped by the
     sandbox's init, never by the fork server). Returns in the case only."""
     _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWNS), "unshare")
     _fresh_places(_PREPARED["tmpfs"])
     if os.fork():  # the first child in a new pid namespace is its pid 1
         os._exit(0)
+    os.setsid()  # a session of its own: no signal of its reaches a group of the sandbox's
     os.chdir(SCRATCH)
 
 

@@ -21,7 +21,8 @@ Python (docs/trust.md):
    it, no new socket at all: its cases' channels are made before the filter, and the one
    listener is the host's; no pipe, memfd, pidfd, sysinfo or mount id, whose numbers are
    counters of the whole machine; no unmount; no query or eviction of the page cache) and no
-   capability (`enter_worker`). This is kernel state: the import, and the hooks it may leave
+   capability (`enter_worker`); every clone, fork and mount after that filter waits for the
+   host's answer (`agents/supervisor.py`). This is kernel state: the import, and the hooks it may leave
    in the fork server (which runs them before every fork), can change the fork server's
    memory, never this. After the import it enters the user namespace it made for its cases
    before the import, and a mount namespace of its own, where every mount made before the
@@ -31,7 +32,8 @@ Python (docs/trust.md):
    `/dev/shm`, then forks the case as pid 1 of its namespace and exits; the case
    (`restrict_case`) connects its channel to the host, keeps only that socket and the capped stderr relay,
    then takes limits (address space, file size, CPU time, open files), drops every capability
-   and takes the case filter (no new process, only threads; no new socket; no System V or POSIX
+   and takes the case filter (no new process or thread, which the host refuses too:
+   `agents/supervisor.py`; no new socket; no System V or POSIX
    message-queue IPC object; no keyring, no ptrace, no mount, no namespace; no query or
    eviction of the page cache). Nothing of a writable place, not its times, modes, extended
    attributes or inode numbers, reaches the next case: each gets new ones. No socket, abstract
@@ -78,16 +80,19 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from .bwrap import HOSTDIR, SCRATCH, command, unavailable
 from .case_checks import case_problems, expected_mounts, others, peer
+from .supervisor import Supervisor
 from .isolation import close_range, enter_case, enter_worker, isolate_worker, restrict_case
 from .limits import (MAX_LINE, STDERR_CASE, STDERR_TOTAL, TIMEOUT_VARIABLE, limits,
                      policy_timeout)
@@ -109,9 +114,11 @@ def layers() -> dict:
                     "other processes' memory or exit statuses, no socket, pipe or other object "
                     "numbered by a counter of the machine's); own pid and mount namespaces; "
                     "writable only $TMPDIR (/scratch) and /dev/shm, a fresh 64 MiB tmpfs each; "
-                    "/tmp and /dev read-only; no new processes, sockets, pipes, namespaces, "
-                    "mounts, System V or message-queue IPC, keyrings or ptrace, no query or "
-                    "eviction of the page cache, no counter of the machine's (seccomp)",
+                    "/tmp and /dev read-only; no new processes, threads, sockets, pipes, "
+                    "namespaces, mounts, System V or message-queue IPC, keyrings or ptrace, no "
+                    "file lock or watch, no query or eviction of the page cache, no counter of "
+                    "the machine's (seccomp; every clone, fork and mount after the fork "
+                    "server's filter answered by the host); a session of its own",
             "channel": "one socket per case, accepted by the host and checked from /proc "
                        "before the brief (pid namespace, filter, capabilities, descriptors, "
                        "no shared mapping that can be written); the case's pid namespace killed "
@@ -185,6 +192,11 @@ def _probe(grader_pid: int, port: int, code: str, first: bool) -> dict:
         found["started a process"] = True
     except OSError:
         found["started a process"] = False
+    try:
+        threading.Thread(target=lambda: None).start()
+        found["started a thread"] = True
+    except RuntimeError:
+        found["started a thread"] = False
     new = Path(SCRATCH, "mark")
     new.write_text("x")
     found["inode"] = new.stat().st_ino
@@ -274,6 +286,14 @@ def _counters() -> list[str]:
     return ran
 
 
+def _answer(clones: Supervisor) -> None:
+    """Answer the fork server's clones until it is gone."""
+    watch = select.poll()
+    watch.register(clones.fd, select.POLLIN)
+    while all(event & select.POLLIN for _, event in watch.poll()):
+        clones.answer()
+
+
 def _self_test_cases(argv: list[str]) -> dict:
     """Inside bwrap: the host's part of two cases (a fork server, a listener, the checks)."""
     grader_pid, port, code = int(argv[0]), int(argv[1]), argv[2]
@@ -293,8 +313,11 @@ def _self_test_cases(argv: list[str]) -> dict:
         os.dup2(theirs.fileno(), 3)
         close_range(4)
         channels = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
-        isolate_worker(enter_worker())  # (no socket can be made after it: made before)
+        cases, clones = enter_worker()  # (no socket can be made after it: made before)
         control = socket.socket(fileno=3)
+        socket.send_fds(control, [b"i"], [clones])
+        os.close(clones)
+        isolate_worker(cases)
         for first, channel in ((True, channels[0]), (False, channels[1])):
             control.recv(1)
             if os.fork() == 0:
@@ -311,6 +334,9 @@ def _self_test_cases(argv: list[str]) -> dict:
         control.recv(1)  # alive until the host has checked both cases
         os._exit(0)
     theirs.close()
+    _, passed, _, _ = socket.recv_fds(ours, 1, 1)  # the fork server's clones, answered here
+    clones = Supervisor(passed[0], server)
+    threading.Thread(target=_answer, args=(clones,), daemon=True).start()
     findings, inodes, problems = {}, [], []
     mounts = expected_mounts()
     relay = f"pipe:[{os.fstat(read_end).st_ino}]"

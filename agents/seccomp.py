@@ -19,17 +19,17 @@ not cover").
 Counters of the whole machine are a channel of the same kind, and exact: what numbers a new
 pipe, socket, memfd, pidfd or mount, and the machine's memory and process counts (`COUNTERS`).
 Both filters refuse them; the fork server may make no socket at all, so its cases' channels are
-made before its filter (`agents/fork_server.py`).
+made before its filter (`agents/fork_server.py`). So are file locks and watches (`WATCHES`,
+`LOCKS`: live channels between cases of two workers), and every namespace the fork server does
+not make for its cases (`NAMESPACES`).
 """
 
 from __future__ import annotations
 
 import platform
 
-CLONE_THREAD = 0x10000  # the one clone a case may make: a thread
-
-# The system calls a case may not make (numbers per architecture). Processes: only threads
-# (clone with CLONE_THREAD; clone3 says ENOSYS so that the C library falls back to clone).
+# The system calls a case may not make (numbers per architecture). No new task, thread or
+# process (clone3 says ENOSYS, so that the C library falls back to clone, which fails).
 # ("fadvise64" is fadvise64_64 on aarch64, the same call.)
 _ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 NUMBERS = {
@@ -46,7 +46,8 @@ NUMBERS = {
                "pipe": 22, "pipe2": 293, "memfd_create": 319, "memfd_secret": 447,
                "pidfd_open": 434, "sysinfo": 99, "open_tree": 428, "move_mount": 429,
                "fsopen": 430, "fsmount": 432, "fspick": 433, "name_to_handle_at": 303,
-               "statmount": 457, "listmount": 458, "statx": 332},
+               "statmount": 457, "listmount": 458, "statx": 332, "fcntl": 72, "flock": 73,
+               "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "seccomp": 317},
     "aarch64": {"clone": 220, "clone3": 435, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "add_key": 217, "request_key": 218, "keyctl": 219,
                 "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
@@ -60,7 +61,8 @@ NUMBERS = {
                 "pipe2": 59, "memfd_create": 279, "memfd_secret": 447, "pidfd_open": 434,
                 "sysinfo": 179, "open_tree": 428, "move_mount": 429, "fsopen": 430,
                 "fsmount": 432, "fspick": 433, "name_to_handle_at": 264, "statmount": 457,
-                "listmount": 458, "statx": 291},
+                "listmount": 458, "statx": 291, "fcntl": 25, "flock": 32,
+                "inotify_init1": 26, "fanotify_init": 262, "seccomp": 277},
 }
 SYSCALLS = NUMBERS.get(platform.machine(), {})
 # What makes the page cache a channel, refused to the fork server and every case: the queries
@@ -92,12 +94,25 @@ CACHE_FLAGS = 0x08 | 0x80
 COUNTERS = ("pipe", "pipe2", "socket", "memfd_create", "memfd_secret", "pidfd_open", "sysinfo",
             "umount2", "open_tree", "move_mount", "fsopen", "fsmount", "fspick",
             "name_to_handle_at", "statmount", "listmount")
+# Two processes that read the same file at once (cases of two workers, which share the files the
+# sandbox shows) could talk through it: a lock one takes and the other tests, or the events one
+# watches the other cause. Both filters refuse locks (flock; fcntl's lock, lease and notify
+# commands, `LOCKS`) and file watches.
+WATCHES = ("flock", "inotify_init", "inotify_init1", "fanotify_init")
+LOCKS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)  # F_GETLK.., F_OFD_GETLK.., F_SETLEASE.., F_NOTIFY
 CLONE_PIDFD = 0x1000
+# Every namespace flag of clone and unshare. After its filter the fork server needs new pid and
+# mount namespaces (for its cases) and no other: a new user namespace would give the policy's
+# code capabilities, and with them a cgroup namespace and the machine's cgroup hierarchy
+# mounted, where a red team left directories a later run read.
+NAMESPACES = 0x80 | 0x20000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 \
+    | 0x40000000
+CASE_NAMESPACES = 0x20000 | 0x20000000  # CLONE_NEWNS | CLONE_NEWPID
 STATX_MNT_ID_UNIQUE = 0x4000
-DENIED = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "add_key",
+DENIED = ("fork", "vfork", "clone", "ptrace", "process_vm_readv", "process_vm_writev", "add_key",
           "request_key", "keyctl", "unshare", "setns", "mount", "umount2", "pivot_root",
           "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "shmget", "semget",
-          "msgget", "mq_open", "pidfd_getfd", "socketpair", *PAGE_CACHE, *COUNTERS)
+          "msgget", "mq_open", "pidfd_getfd", "socketpair", *PAGE_CACHE, *COUNTERS, *WATCHES)
 # The fork server's own, taken before the import (so every case has it too, whatever the import
 # does): it may fork (its cases), make namespaces and mounts (for them) and enter the user
 # namespace it made for them before the import (setns), but it may not read another process
@@ -107,10 +122,11 @@ DENIED = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "a
 SERVER_DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "add_key",
                  "request_key", "keyctl", "pivot_root", "bpf", "perf_event_open",
                  "userfaultfd", "io_uring_setup", "shmget", "semget", "msgget", "mq_open",
-                 "bind", "listen", "socketpair", *PAGE_CACHE, *COUNTERS)
+                 "bind", "listen", "socketpair", *PAGE_CACHE, *COUNTERS, *WATCHES)
 
 _LD, _JEQ, _JGE, _JSET, _AND, _RET = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06  # ld [k] is 32-bit
 _ALLOW, _KILL, _EPERM, _ENOSYS = 0x7FFF0000, 0x80000000, 0x00050000 | 1, 0x00050000 | 38
+_NOTIFY = 0x7FC00000  # SECCOMP_RET_USER_NOTIF: the host answers (`agents/supervisor.py`)
 
 
 def _argument(nr: int, index: int, values: tuple[int, ...] = (), mask: int = 0) -> list[tuple]:
@@ -128,8 +144,9 @@ def seccomp_program(machine: str, denied_names: tuple[str, ...] = DENIED,
     """The classic-BPF filter: (code, jt, jf, k) instructions over `struct seccomp_data`; the
     calls `denied_names` fail with EPERM, and so do madvise with `EVICTING_ADVICE`, preadv2
     and pwritev2 with `CACHE_FLAGS` and statx asking for `STATX_MNT_ID_UNIQUE`; clone3 says
-    ENOSYS; unless `processes`, every clone but a thread's fails; with `processes` (the fork
-    server's), a clone that makes a pidfd."""
+    ENOSYS; with `processes` (the fork server's), a clone that makes a pidfd or a namespace
+    fails, and every other clone and fork waits for the host's answer (`agents/supervisor.py`: the fork server and a case's starter may
+    make a process, a case nothing, not even a thread, whatever the filter the case took)."""
     numbers = NUMBERS[machine]
     denied = [numbers[name] for name in denied_names if name in numbers]
     program = [(_LD, 0, 0, 4), (_JEQ, 1, 0, _ARCH[machine]), (_RET, 0, 0, _KILL),  # the arch
@@ -143,12 +160,18 @@ def seccomp_program(machine: str, denied_names: tuple[str, ...] = DENIED,
         program += _argument(numbers[name], 5, mask=CACHE_FLAGS)
     # (dirfd, path, flags, unsigned int mask, buffer): the unique mount id counts mounts
     program += _argument(numbers["statx"], 3, mask=STATX_MNT_ID_UNIQUE)
+    program += _argument(numbers["fcntl"], 1, values=LOCKS)  # (fd, int cmd, arg)
+    # (int flags): no namespace but the cases' (the case's own list refuses unshare whole)
+    program += _argument(numbers["unshare"], 0, mask=NAMESPACES & ~CASE_NAMESPACES)
     # clone3's arguments are in memory a filter cannot read: ENOSYS, so that the C library falls
     # back to clone, whose flags it can
     program += [(_JEQ, 0, 1, numbers["clone3"]), (_RET, 0, 0, _ENOSYS)]
-    if processes:  # any clone but one that makes a pidfd
-        return program + [*_argument(numbers["clone"], 0, mask=CLONE_PIDFD),
-                          (_RET, 0, 0, _ALLOW)]
-    program += [(_JEQ, 0, 4, numbers["clone"]), (_LD, 0, 0, 16),  # clone's flags (low word)
-                (_JSET, 0, 1, CLONE_THREAD), (_RET, 0, 0, _ALLOW), (_RET, 0, 0, _EPERM)]
+    if processes:  # no clone that makes a pidfd or a namespace; the host answers the rest
+        program += [(_JEQ, 0, 4, numbers["clone"]), (_LD, 0, 0, 16),  # clone's flags (low word)
+                    (_JSET, 1, 0, CLONE_PIDFD | NAMESPACES), (_RET, 0, 0, _NOTIFY),
+                    (_RET, 0, 0, _EPERM)]
+        for name in ("fork", "vfork", "mount"):
+            if name in numbers:
+                program += [(_JEQ, 0, 1, numbers[name]), (_RET, 0, 0, _NOTIFY)]
+        return program + [(_RET, 0, 0, _ALLOW)]
     return program + [(_RET, 0, 0, _ALLOW)]

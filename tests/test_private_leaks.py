@@ -11,7 +11,13 @@
   the inode numbers of new pipes, sockets, memfds and pidfds, sysinfo, unique mount ids, /proc);
 - the fork server's own code, run again before every fork, cannot uncover /proc
   (`tests/redteam/os_uncover.py`);
-- an import gets no more address space than a case (`tests/redteam/os_import_memory.py`).
+- an import gets no more address space than a case (`tests/redteam/os_import_memory.py`);
+- no hook of the fork server makes a namespace but its cases' (a cgroup namespace showed the
+  machine's hierarchy), and no case locks or watches a file another sees, or shares a session
+  (`tests/redteam/os_shared_state.py`);
+- no case starts a thread or a process, whose process ids the fork server would count
+  (`tests/redteam/os_pid_relay.py`), and no hook mounts a filesystem of its own
+  (`tests/redteam/os_mount.py`).
 
 Each attack acts on what it finds, so each test fails where the leak is open (they did on
 8b36e67). The harness (`attack`, `headline`, the sandbox's skip-or-fail) is
@@ -126,7 +132,8 @@ def test_a_case_that_counts_learns_nothing_of_its_job(tmp_path):
 
 @pytest.mark.parametrize("sandbox", SANDBOX)
 @pytest.mark.parametrize("module,cls", [("os_counter", "Counter"), ("os_uncover", "Uncover"),
-                                        ("os_import_memory", "ImportMemory")])
+                                        ("os_import_memory", "ImportMemory"),
+                                        ("os_shared_state", "SharedState")])
 def test_no_case_or_import_reaches_a_counter_proc_or_memory_of_the_machine(tmp_path, sandbox,
                                                                            module, cls):
     """Each attack escalates where its channel (a counter of the machine's, /proc uncovered from
@@ -140,3 +147,31 @@ def test_no_case_or_import_reaches_a_counter_proc_or_memory_of_the_machine(tmp_p
         all_refund(run, spec)
     else:
         assert run.code == 0 and run.dispositions(spec) == {"escalate": TASKS}, run
+
+
+@pytest.mark.parametrize("sandbox", SANDBOX)
+def test_no_case_tells_the_next_by_the_process_ids_it_takes(tmp_path, sandbox):
+    """Each case takes process ids (threads, a process), and the next reads how many from its
+    fork server's forks: it escalates where the case before it took any. Sandboxed, the host
+    refuses a case every new task (the fork server's filter hands every clone to it), so none
+    is told; without the sandbox every case but the first two of its fork server is (the host
+    forks a case before the one before it has played)."""
+    grading(sandbox)
+    spec = attack(tmp_path, "os_pid_relay", "PidRelay")
+    run = headline(tmp_path, [spec], sandbox, workers=1)
+    if sandbox == "on":
+        all_refund(run, spec)
+    else:
+        assert run.code == 0 and run.dispositions(spec) == {"refund": 2,
+                                                             "escalate": TASKS - 2}, run
+
+
+def test_no_hook_mounts_a_filesystem_of_its_own(tmp_path):
+    """A hook in every case's starter tries to mount a 1 GiB tmpfs (memory no limit counts); the
+    host answers every mount after the fork server's filter, and lets a starter mount only its
+    case's two places, so every case refunds. (Without the sandbox no process of the policy's
+    holds the capability to mount at all.)"""
+    needs_sandbox()
+    spec = attack(tmp_path, "os_mount", "Mount")
+    run = headline(tmp_path, [spec], "on", workers=1)
+    all_refund(run, spec)

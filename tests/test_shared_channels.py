@@ -284,7 +284,7 @@ def _verdict(program: list, machine: str, call: str, *args: int) -> str:
         code, jt, jf, k = program[pc]
         if code == 0x06:  # ret
             return {0x7FFF0000: "allow", 0x00050001: "EPERM", 0x00050026: "ENOSYS",
-                    0x80000000: "kill"}[k]
+                    0x80000000: "kill", 0x7FC00000: "the host answers"}[k]
         if code == 0x20:  # ld [k]: 32 bits of the data
             accumulator, pc = struct.unpack_from("<I", data, k)[0], pc + 1
         elif code == 0x54:  # and k
@@ -320,8 +320,9 @@ def test_the_filters_refuse_the_page_cache_calls_by_their_arguments(machine, whi
             assert verdict(call, 3, 0, 1, 0, 0, flags) == said, (call, flags)
         assert verdict(call, 3, 0, 1, 0, 8, 0) == "allow"  # RWF_NOWAIT in pos_h: not flags
     unix, inet, thread, pidfd = (1, 1), (2, 1), 0x10000, 0x1000
-    assert verdict("clone", thread) == "allow"
-    assert verdict("clone", 0x11) == ("allow" if which == "fork server" else "EPERM")
+    server = which == "fork server"
+    assert verdict("clone", thread) == ("the host answers" if server else "EPERM")
+    assert verdict("clone", 0x11) == ("the host answers" if server else "EPERM")
     assert verdict("clone", 0x11 | pidfd) == "EPERM"  # a pidfd's number counts processes
     assert verdict("clone3") == "ENOSYS"  # the C library falls back to clone
     assert verdict("socket", *unix) == verdict("socket", *inet) == "EPERM"
@@ -332,4 +333,15 @@ def test_the_filters_refuse_the_page_cache_calls_by_their_arguments(machine, whi
     assert verdict("statx", 3, 0, 0, 0x7FF) == "allow"  # what os.stat asks
     assert verdict("statx", 3, 0, 0, 0x7FF | 0x4000) == "EPERM"  # the unique mount id
     assert verdict("setns") == ("allow" if which == "fork server" else "EPERM")
+    assert verdict("mount") == ("the host answers" if server else "EPERM")
+    # locks and watches of a file two workers' cases both see; namespaces but the cases'
+    assert verdict("flock") == verdict("inotify_init1") == "EPERM"
+    for cmd, said in ((1, "allow"), (2, "allow"), (4, "allow"), (5, "EPERM"), (6, "EPERM"),
+                      (37, "EPERM"), (1024, "EPERM"), (1026, "EPERM")):  # F_GETFD.. F_NOTIFY
+        assert verdict("fcntl", 3, cmd) == said, cmd
+    case_namespaces = 0x20000 | 0x20000000
+    assert verdict("unshare", case_namespaces) == ("allow" if which == "fork server" else "EPERM")
+    for flag in (0x80, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x40000000):
+        assert verdict("unshare", case_namespaces | flag) == "EPERM", flag
+        assert verdict("clone", 0x11 | flag) == "EPERM", flag
     assert verdict("close_range") == "allow"
