@@ -23,11 +23,12 @@ import os
 import re
 import socket
 import struct
+import time
 from functools import lru_cache
 from pathlib import Path
 
-from .bwrap import SCRATCH
-from .limits import limits
+from .bwrap import SCRATCH, sizes_tmpfs
+from .limits import FILE_MB, limits
 
 
 def peer(channel: socket.socket) -> int:
@@ -57,6 +58,34 @@ def _mounts(pid: int | str) -> list[tuple[str, str]]:
     """A process's mounts, bottom to top: (mount point, the filesystem's device)."""
     lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
     return [(line.split()[4], line.split()[2]) for line in lines]
+
+
+def _places_sized(pid: int) -> bool:
+    """Whether the case's own places (the top scratch folder and /dev/shm) have the case's
+    size, as the kernel mounted them (the options a starter passed were checked as strings;
+    these are what the kernel made of them)."""
+    if not sizes_tmpfs():
+        return True
+    top = {}
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        fields = line.split()
+        top[fields[4]] = fields[-1].split(",")  # the last mount of a point is on top
+    return all(f"size={FILE_MB << 10}k" in top.get(place, []) for place in (SCRATCH, "/dev/shm"))
+
+
+def orphaned(pid: int, seconds: float) -> bool:
+    """Whether the case `pid` is, or within `seconds` becomes, a child of the sandbox's init:
+    its starter gone, so no process of the policy's takes its exit status."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if _status(pid).get("PPid", "").strip() == "1":
+                return True
+        except OSError:
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.0005)
 
 
 def expected_mounts() -> list[str]:
@@ -152,6 +181,10 @@ def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[
             for st in _stats(f"/proc/{server}/fd")}
         if {top.get(SCRATCH), top.get("/dev/shm")} & held:
             problems.append("its scratch folder or /dev/shm is not a fresh filesystem of its own")
+        if not _places_sized(pid):
+            problems.append("its scratch folder or /dev/shm is not sized as a case's")
+        if status.get("PPid", "").strip() != "1":
+            problems.append("its starter is still running (it would take its exit status)")
         limits = Path(f"/proc/{pid}/limits").read_text()
         given = _limit_lines()
         for label, value in given.items():

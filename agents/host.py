@@ -72,8 +72,8 @@ from pathlib import Path
 
 from agents.bwrap import HOSTDIR
 from agents.supervisor import Supervisor
-from agents.case_checks import (case_problems, expected_mounts, left_by_import, others, peer,
-                                 server_state)
+from agents.case_checks import (case_problems, expected_mounts, left_by_import, orphaned, others,
+                                 peer, server_state)
 from agents import fork_server
 from agents.limits import MAX_LINE, STDERR_CASE, STDERR_TOTAL
 from agents.spec import ROOT
@@ -309,6 +309,7 @@ class _Host:
         if hello != {"ready": True}:
             return hello if isinstance(hello, str) else f"it said {hello!r:.120}"
         if self.sandboxed:
+            orphaned(pid, LINGER_S)  # its starter exits as soon as it forked it
             problems = case_problems(pid, self.zygote, self.stderr_name, self.mounts)
             if problems:
                 return f"the case did not start isolated: {'; '.join(problems)}"

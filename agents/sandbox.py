@@ -91,7 +91,7 @@ import time
 from pathlib import Path
 
 from .bwrap import HOSTDIR, SCRATCH, command, unavailable
-from .case_checks import case_problems, expected_mounts, others, peer
+from .case_checks import case_problems, expected_mounts, orphaned, others, peer
 from .supervisor import Supervisor
 from .isolation import close_range, enter_case, enter_worker, isolate_worker, restrict_case
 from .limits import (MAX_LINE, STDERR_CASE, STDERR_TOTAL, TIMEOUT_VARIABLE, limits,
@@ -346,6 +346,7 @@ def _self_test_cases(argv: list[str]) -> dict:
         pid = peer(channel)
         channel.settimeout(30)
         channel.recv(1)
+        orphaned(pid, 2)
         problems += case_problems(pid, server, relay, mounts)
         channel.sendall(b"g")
         said = b""

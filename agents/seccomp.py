@@ -47,7 +47,8 @@ NUMBERS = {
                "pidfd_open": 434, "sysinfo": 99, "open_tree": 428, "move_mount": 429,
                "fsopen": 430, "fsmount": 432, "fspick": 433, "name_to_handle_at": 303,
                "statmount": 457, "listmount": 458, "statx": 332, "fcntl": 72, "flock": 73,
-               "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "seccomp": 317},
+               "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "seccomp": 317,
+               "prctl": 157},
     "aarch64": {"clone": 220, "clone3": 435, "ptrace": 117, "process_vm_readv": 270,
                 "process_vm_writev": 271, "add_key": 217, "request_key": 218, "keyctl": 219,
                 "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
@@ -62,7 +63,8 @@ NUMBERS = {
                 "sysinfo": 179, "open_tree": 428, "move_mount": 429, "fsopen": 430,
                 "fsmount": 432, "fspick": 433, "name_to_handle_at": 264, "statmount": 457,
                 "listmount": 458, "statx": 291, "fcntl": 25, "flock": 32,
-                "inotify_init1": 26, "fanotify_init": 262, "seccomp": 277},
+                "inotify_init1": 26, "fanotify_init": 262, "seccomp": 277,
+                "prctl": 167},
 }
 SYSCALLS = NUMBERS.get(platform.machine(), {})
 # What makes the page cache a channel, refused to the fork server and every case: the queries
@@ -101,6 +103,7 @@ COUNTERS = ("pipe", "pipe2", "socket", "memfd_create", "memfd_secret", "pidfd_op
 WATCHES = ("flock", "inotify_init", "inotify_init1", "fanotify_init")
 LOCKS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)  # F_GETLK.., F_OFD_GETLK.., F_SETLEASE.., F_NOTIFY
 CLONE_PIDFD = 0x1000
+PR_SET_CHILD_SUBREAPER = 36
 # Every namespace flag of clone and unshare. After its filter the fork server needs new pid and
 # mount namespaces (for its cases) and no other: a new user namespace would give the policy's
 # code capabilities, and with them a cgroup namespace and the machine's cgroup hierarchy
@@ -161,6 +164,9 @@ def seccomp_program(machine: str, denied_names: tuple[str, ...] = DENIED,
     # (dirfd, path, flags, unsigned int mask, buffer): the unique mount id counts mounts
     program += _argument(numbers["statx"], 3, mask=STATX_MNT_ID_UNIQUE)
     program += _argument(numbers["fcntl"], 1, values=LOCKS)  # (fd, int cmd, arg)
+    # (int option, ...): no child subreaper, which would take the exit statuses of the cases
+    # its children start (a red team's fork server read every case's that way)
+    program += _argument(numbers["prctl"], 0, values=(PR_SET_CHILD_SUBREAPER,))
     # (int flags): no namespace but the cases' (the case's own list refuses unshare whole)
     program += _argument(numbers["unshare"], 0, mask=NAMESPACES & ~CASE_NAMESPACES)
     # clone3's arguments are in memory a filter cannot read: ENOSYS, so that the C library falls

@@ -36,7 +36,10 @@ from .seccomp import SYSCALLS
 
 _NOTIF_RECV, _NOTIF_SEND = 0xC0502100, 0xC0182101  # _IOWR('!', 0 and 1, their structs)
 _CONTINUE = 1  # SECCOMP_USER_NOTIF_FLAG_CONTINUE: the call goes on as asked
-CLONE_THREAD = 0x10000
+# What a plain fork passes to clone (the child's id kept and cleared, the exit signal); any
+# other flag (shared memory, CLONE_VM or CLONE_VFORK; a shared parent, CLONE_PARENT; ...) makes
+# something other than a process of its own, and is refused once the import was checked.
+FORK_FLAGS = 0x01000000 | 0x00200000 | 0xFF  # CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | CSIGNAL
 PLACES = 2  # the mounts a starter makes: its case's scratch folder and /dev/shm
 MS_NOSUID, MS_NODEV = 2, 4
 
@@ -75,8 +78,12 @@ class Supervisor:
         number, pid, _, call = struct.unpack_from("<QIIi", notice)
         args = struct.unpack_from("<6Q", notice, 32)
         try:
-            allowed = (self._mount(pid, args) if call == SYSCALLS["mount"] else
-                       self._task(pid, args[0] if call == SYSCALLS["clone"] else 0))
+            if call == SYSCALLS["mount"]:
+                allowed = self._mount(pid, args)
+            else:  # clone, fork or vfork (vfork shares the caller's memory: never a plain fork)
+                flags = (args[0] if call == SYSCALLS["clone"] else
+                         0x4000 if call == SYSCALLS.get("vfork") else 0)
+                allowed = self._task(pid, flags)
         except OSError:  # it ended while we looked
             allowed = False
         reply = struct.pack("<QqiI", number, 0, 0 if allowed else -errno.EPERM,
@@ -92,11 +99,11 @@ class Supervisor:
         if pid == self.server:
             if self.requests is None:
                 return True
-            if flags & CLONE_THREAD or not self.requests:
+            if flags & ~FORK_FLAGS or not self.requests:
                 return False
             self.requests -= 1
             return True
-        if pid in self.forked or flags & CLONE_THREAD or not self._starter(pid):
+        if pid in self.forked or flags & ~FORK_FLAGS or not self._starter(pid):
             return False
         self.forked.add(pid)
         return True
@@ -120,19 +127,26 @@ class Supervisor:
         return True
 
     def _starter(self, pid: int) -> bool:
-        """Whether `pid` is a process of one thread that the fork server made."""
-        status = dict(line.split(":\t", 1) for line in
-                      open(f"/proc/{pid}/status").read().splitlines() if ":\t" in line)
-        return (status.get("Tgid", "").strip() == str(pid) and status.get("Threads") == "1"
-                and status.get("PPid", "").strip() == str(self.server))
+        """Whether `pid` is a process of one thread that the fork server made: its child, in
+        the fork server's own pid namespace (a case is pid 1 of one more)."""
+        status, server = _status(pid), _status(self.server)
+        return (status.get("Tgid") == str(pid) and status.get("Threads") == "1"
+                and status.get("PPid") == str(self.server)
+                and len(status.get("NSpid", "").split()) == len(server.get("NSpid", "").split()))
 
     def close(self) -> None:
         os.close(self.fd)
 
 
+def _status(pid: int) -> dict[str, str]:
+    return {key: value.strip() for key, _, value in
+            (line.partition(":\t") for line in open(f"/proc/{pid}/status").read().splitlines())}
+
+
 def _string(memory, maps: list[str], at: int) -> bytes | None:
-    """The C string at `at` in a process's `memory`, if it lies in private anonymous memory
-    (which no other process can write: not shared, and no file behind it), else None."""
+    """The C string at `at` in a process's `memory`, if it lies, its end included, in one
+    private anonymous mapping (which no other process can write: not shared, and no file
+    behind it), else None."""
     for line in maps:
         span, mode, _, _, inode = line.split()[:5]
         low, high = (int(x, 16) for x in span.split("-"))
@@ -140,5 +154,6 @@ def _string(memory, maps: list[str], at: int) -> bytes | None:
             if mode[3] != "p" or inode != "0":
                 return None
             memory.seek(at)
-            return memory.read(min(256, high - at)).partition(b"\0")[0]
+            text, end, _ = memory.read(min(256, high - at)).partition(b"\0")
+            return text if end else None  # (no end here: the kernel would read on)
     return None

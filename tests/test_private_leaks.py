@@ -16,8 +16,10 @@
   machine's hierarchy), and no case locks or watches a file another sees, or shares a session
   (`tests/redteam/os_shared_state.py`);
 - no case starts a thread or a process, whose process ids the fork server would count
-  (`tests/redteam/os_pid_relay.py`), and no hook mounts a filesystem of its own
-  (`tests/redteam/os_mount.py`).
+  (`tests/redteam/os_pid_relay.py`), no hook mounts a filesystem of its own
+  (`tests/redteam/os_mount.py`) or a case's with other options than the host read
+  (`tests/redteam/os_mount_options.py`), and no process of the policy's takes a case's exit
+  status (`tests/redteam/os_reaper.py`).
 
 Each attack acts on what it finds, so each test fails where the leak is open (they did on
 8b36e67). The harness (`attack`, `headline`, the sandbox's skip-or-fail) is
@@ -175,3 +177,28 @@ def test_no_hook_mounts_a_filesystem_of_its_own(tmp_path):
     spec = attack(tmp_path, "os_mount", "Mount")
     run = headline(tmp_path, [spec], "on", workers=1)
     all_refund(run, spec)
+
+
+def test_no_process_of_the_policys_takes_a_cases_exit_status(tmp_path):
+    """The fork server makes itself a subreaper and reaps the exit codes cases choose (each
+    writes its last call on its channel itself, then exits), and gives cases a filter that lets
+    them start a process: the fork server's filter refuses the subreaper, the host checks that
+    a case's starter is gone before its brief (its parent is the sandbox's init) and takes no
+    case for a starter, so every case refunds. (On the tree before, every case after the first
+    escalated.)"""
+    needs_sandbox()
+    spec = attack(tmp_path, "os_reaper", "Reaper")
+    run = headline(tmp_path, [spec], "on", workers=1)
+    all_refund(run, spec)
+
+
+def test_a_cases_tmpfs_is_mounted_with_the_options_the_host_read(tmp_path):
+    """The starter's mount options end on the page after the one the host read to: the host
+    reads a string only where it ends in the mapping it starts in, so it refuses the mount,
+    no case starts, and the run stops naming the policy; none of its cases wrote past its
+    64 MiB. (On the tree before, every case wrote 80 MiB and escalated.)"""
+    needs_sandbox()
+    spec = attack(tmp_path, "os_mount_options", "MountOptions")
+    run = headline(tmp_path, [spec], "on", workers=1,
+                   tasks=("pub-000a-pending_settle", "pub-000b-pending_fail"))
+    assert run.code == 2 and spec in run.stderr and not run.rows(), run
