@@ -149,7 +149,8 @@ def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[
     """What is wrong with the process `pid` that connected as a case, checked by the host from
     /proc (kernel state, which no code of the policy's can forge) before the case is handed its
     brief: it must be pid 1 of its own pid namespace and lead a session of its own, in a mount
-    namespace other than the fork server's (`server`), with exactly the `mounts` expected and its writable places on
+    namespace other than the fork server's (`server`), its working directory on its own scratch
+    folder and its root the sandbox's, with exactly the `mounts` expected and its writable places on
     filesystems the fork server holds neither mounted nor open, under a seccomp filter with
     no_new_privs, no capability and the limits, one thread, only its own descriptors (0:
     /dev/null; 1, 2: the stderr relay `relay`; 3: its socket) and no shared mapping that can be
@@ -181,6 +182,11 @@ def case_problems(pid: int, server: int, relay: str, mounts: list[str]) -> list[
             for st in _stats(f"/proc/{server}/fd")}
         if {top.get(SCRATCH), top.get("/dev/shm")} & held:
             problems.append("its scratch folder or /dev/shm is not a fresh filesystem of its own")
+        cwd, root, mine = (os.stat(f"/proc/{pid}/cwd"), os.stat(f"/proc/{pid}/root"),
+                           os.stat("/"))
+        if "%d:%d" % (os.major(cwd.st_dev), os.minor(cwd.st_dev)) != top.get(SCRATCH) or (
+                root.st_dev, root.st_ino) != (mine.st_dev, mine.st_ino):
+            problems.append("its working directory or root is not its own")
         if not _places_sized(pid):
             problems.append("its scratch folder or /dev/shm is not sized as a case's")
         if status.get("PPid", "").strip() != "1":

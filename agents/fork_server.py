@@ -189,7 +189,10 @@ def serve(target: str, name: str, source: Path, digest: str, path: list[str],
                 channel.connect(address)
                 if sandboxed:
                     restrict_case(channel.detach())
-                    channel = socket.socket(fileno=3)
+                else:  # descriptor 3, as in the sandbox (where `restrict_case` moves it)
+                    os.dup2(channel.fileno(), 3)
+                    channel.close()
+                channel = socket.socket(fileno=3)
                 _case(cls, channel)
             finally:  # the policy may raise anything, SystemExit too
                 os._exit(0)

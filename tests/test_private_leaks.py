@@ -19,7 +19,8 @@
   (`tests/redteam/os_pid_relay.py`), no hook mounts a filesystem of its own
   (`tests/redteam/os_mount.py`) or a case's with other options than the host read
   (`tests/redteam/os_mount_options.py`), and no process of the policy's takes a case's exit
-  status (`tests/redteam/os_reaper.py`).
+  status (`tests/redteam/os_reaper.py`), and no case works in a folder another case saw
+  (`tests/redteam/os_cwd.py`).
 
 Each attack acts on what it finds, so each test fails where the leak is open (they did on
 8b36e67). The harness (`attack`, `headline`, the sandbox's skip-or-fail) is
@@ -202,3 +203,16 @@ def test_a_cases_tmpfs_is_mounted_with_the_options_the_host_read(tmp_path):
     run = headline(tmp_path, [spec], "on", workers=1,
                    tasks=("pub-000a-pending_settle", "pub-000b-pending_fail"))
     assert run.code == 2 and spec in run.stderr and not run.rows(), run
+
+
+def test_no_case_works_in_a_folder_an_earlier_case_wrote(tmp_path):
+    """The starter keeps its case's working directory in the fork server's own scratch folder,
+    beneath the case's fresh one: the host checks that a case's working directory is on its own
+    scratch folder and its root the sandbox's, so the first such case is refused, naming the
+    policy, and no case reads what another wrote. (On the tree before, every case after the
+    first escalated.)"""
+    needs_sandbox()
+    spec = attack(tmp_path, "os_cwd", "Cwd")
+    run = headline(tmp_path, [spec], "on", workers=1)
+    assert run.code == 2 and "working directory" in run.stderr, run
+    assert run.dispositions(spec).get("escalate", 0) == 0, run
