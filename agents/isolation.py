@@ -37,18 +37,24 @@ def _check(result: int, what: str) -> None:
 _PREPARED: dict = {}  # what isolate_worker made once, for every case forked after it
 
 
+def _map(process: int | str, uid: int, gid: int) -> None:
+    """Map the case's user and group, inside the user namespace of `process`, to `uid` and
+    `gid` outside it (no other group: setgroups denied)."""
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{CASE_ID} {uid} 1"),
+                       ("gid_map", f"{CASE_ID} {gid} 1")):
+        fd = os.open(f"/proc/{process}/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
 def _own_namespaces() -> None:
     """A user and mount namespace of this process's own (the same user inside as outside: the
     host is never root, whose mapping would need CAP_SETFCAP), its mounts private to it."""
     uid, gid = os.getuid(), os.getgid()
     _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{CASE_ID} {uid} 1"),
-                       ("gid_map", f"{CASE_ID} {gid} 1")):
-        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
+    _map("self", uid, gid)
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
 
 
@@ -75,13 +81,7 @@ def _namespace_for_cases() -> int:
     try:
         if os.read(ready[0], 1) != b"u":
             raise OSError("sandbox: the cases' user namespace could not be made")
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{CASE_ID} {CASE_ID} 1"),
-                           ("gid_map", f"{CASE_ID} {CASE_ID} 1")):
-            fd = os.open(f"/proc/{child}/{name}", os.O_WRONLY)
-            try:
-                os.write(fd, text.encode())
-            finally:
-                os.close(fd)
+        _map(child, CASE_ID, CASE_ID)
         return os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.write(told[1], b"x")

@@ -177,7 +177,7 @@ def test_no_hook_mounts_a_filesystem_of_its_own(tmp_path):
     needs_sandbox()
     spec = attack(tmp_path, "os_mount", "Mount")
     run = headline(tmp_path, [spec], "on", workers=1)
-    all_refund(run, spec)
+    assert run.code == 0 and run.dispositions(spec) == {"refund": TASKS}, run
 
 
 def test_no_process_of_the_policys_takes_a_cases_exit_status(tmp_path):
@@ -190,7 +190,7 @@ def test_no_process_of_the_policys_takes_a_cases_exit_status(tmp_path):
     needs_sandbox()
     spec = attack(tmp_path, "os_reaper", "Reaper")
     run = headline(tmp_path, [spec], "on", workers=1)
-    all_refund(run, spec)
+    assert run.code == 0 and run.dispositions(spec) == {"refund": TASKS}, run
 
 
 def test_a_cases_tmpfs_is_mounted_with_the_options_the_host_read(tmp_path):
