@@ -8,8 +8,8 @@ from finality_gym.policy import (Brief, GiveUp, Policy, PolicyError, Privilege, 
                                  run_episode)
 
 from .factory import make_policy
-from .registry import FLOORS, HEADLINE, is_unprivileged_scripted
-from .spec import PolicySpec, split_specs
+from .registry import FLOORS, HEADLINE
+from .spec import PolicySpec, is_unprivileged_scripted, split_specs
 
 __all__ = ["FLOORS", "HEADLINE", "Brief", "GiveUp", "Policy", "PolicyError", "PolicySpec", "Privilege",
            "brief_for", "is_unprivileged_scripted", "make_policy", "play", "run_episode",

@@ -1,14 +1,14 @@
 """The factory: every policy by its spec (`agents/spec.py` parses them; `agents/registry.py`
 names the project's own): the project's scripted policies, open-loop plans, saved stable-baselines3 models (loaded as data, no pickle of the archive run,
-unless `allow_pickle`: `agents/learned.py`), policy networks as ONNX graphs (run by onnxruntime:
-`agents/onnx_policy.py`) and policies from outside the project, graded in
-their own process (`agents/external.py`). A language model (`model:NAME`) needs an endpoint:
+unless `allow_pickle`: `agents/learned/policy.py`), policy networks as ONNX graphs (run by onnxruntime:
+`agents/learned/onnx_policy.py`) and policies from outside the project, graded in
+their own process (`agents/sandbox/external.py`). A language model (`model:NAME`) needs an endpoint:
 `python -m eval model` builds it (`agents/model/`)."""
 
 from __future__ import annotations
 
 from . import scripted
-from .external import ExternalPolicy
+from .sandbox.external import ExternalPolicy
 from .registry import CLASSES
 from .spec import ONNX, PolicySpec
 from finality_gym.policy import Policy
@@ -17,17 +17,17 @@ from finality_gym.policy import Policy
 def make_policy(spec: str | PolicySpec, sandbox: bool = True,
                 allow_pickle: bool = False) -> Policy:
     """The policy a spec names; an outside one runs in the operating-system sandbox unless
-    `sandbox` is False (`agents/sandbox.py`); a saved model is loaded as data unless
+    `sandbox` is False (`agents/sandbox/`); a saved model is loaded as data unless
     `allow_pickle` is True, which runs the pickles inside its archive, in this process
-    (`agents/learned.py`: for files one trusts)."""
+    (`agents/learned/policy.py`: for files one trusts)."""
     parsed = spec if isinstance(spec, PolicySpec) else PolicySpec.parse(spec)
     if parsed.kind == "outside":
         return ExternalPolicy(parsed, sandbox=sandbox)
     if parsed.kind in ONNX:
-        from .onnx_policy import load_onnx
+        from .learned.onnx_policy import load_onnx
         return load_onnx(parsed.target, greedy=parsed.kind == "onnx-greedy")
     if parsed.learned:
-        from .learned import load_sb3
+        from .learned.policy import load_sb3
         return load_sb3(parsed.target, greedy=parsed.kind.endswith("-greedy"),
                         kind=parsed.kind.removesuffix("-greedy"), allow_pickle=allow_pickle)
     if parsed.kind == "model":

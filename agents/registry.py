@@ -20,8 +20,3 @@ FLOORS = ("always_ship", "always_refund", "always_escalate", "do_nothing")
 HEADLINE = tuple(name for name in SCRIPTED if name not in FLOORS)
 GATE = scripted.FinalityGate.name
 
-
-def is_unprivileged_scripted(spec: str) -> bool:
-    """A rule written by hand that sees only tool results: not the oracle, not a model."""
-    cls = CLASSES.get(spec.partition(":")[0])
-    return cls is not None and not cls.privileged

@@ -8,13 +8,13 @@
                                           algorithm with a Discrete action space (`sb3`,
                                           `sb3-greedy`)
     onnx:PATH, onnx-greedy:PATH           a policy network as an ONNX graph, run by onnxruntime
-                                          (`onnx`, `onnx-greedy`: `agents/onnx_policy.py`)
+                                          (`onnx`, `onnx-greedy`: `agents/learned/onnx_policy.py`)
     model:NAME                            a language model (`python -m eval model` grades it)
     FILE.py:CLASS, MODULE:CLASS           a policy from outside the project (`outside`)
 
 `PolicySpec.parse` is the only place a spec string is taken apart. `source()` is the file the
 spec loads (a model archive, an outside policy's code), found without importing anything, in
-the order the outside policy's own process imports it (`agents/external.py`): the working
+the order the outside policy's own process imports it (`agents/sandbox/external.py`): the working
 directory, the repository root, then `PYTHONPATH`.
 """
 
@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .registry import SCRIPTED
+from .registry import CLASSES, SCRIPTED
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("plan", "ppo", "ppo-greedy", "sb3", "sb3-greedy", "onnx", "onnx-greedy", "model")
@@ -66,11 +66,21 @@ class PolicySpec:
                          f"{', '.join(SCRIPTED)})")
 
     def __str__(self) -> str:
+        return ":".join(self.parts)
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The spec's pieces in the order it is written (`str` joins them with `:`)."""
         if self.kind == "scripted":
-            return f"{self.target}:{self.arguments}" if self.arguments else self.target
+            return (self.target, self.arguments) if self.arguments else (self.target,)
         if self.kind == "outside":
-            return f"{self.target}:{self.arguments}"
-        return f"{self.kind}:{self.target}"
+            return self.target, self.arguments
+        return self.kind, self.target
+
+    @property
+    def unprivileged_scripted(self) -> bool:
+        """A rule written by hand that sees only tool results: not the oracle, not a model."""
+        return self.kind == "scripted" and not CLASSES[self.target].privileged
 
     @property
     def learned(self) -> bool:
@@ -86,6 +96,14 @@ class PolicySpec:
         if self.kind == "outside":
             return module_file(self.target)
         return None
+
+
+def is_unprivileged_scripted(spec: str) -> bool:
+    """`PolicySpec.unprivileged_scripted` of a row's spec; False for one that does not parse."""
+    try:
+        return PolicySpec.parse(spec).unprivileged_scripted
+    except ValueError:
+        return False
 
 
 def _is_outside(target: str, cls: str) -> bool:

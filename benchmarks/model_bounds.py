@@ -59,8 +59,8 @@ def rounds(repeats: int, contenders: dict) -> dict[str, float]:
 
 
 def per_call(graph: Path, repeats: int) -> dict[str, float]:
-    from agents.learned import real_steps
-    from agents.onnx_policy import _Runner, checked_graph, open_session, signature
+    from agents.learned.policy import real_steps
+    from agents.learned.onnx_policy import _Runner, checked_graph, open_session, signature
     session = open_session(checked_graph(graph))
     found = signature(session, graph)
     watched, bare = _Runner(session, found, True, 16), _Runner(session, found, True, 16)
@@ -78,7 +78,7 @@ def per_call(graph: Path, repeats: int) -> dict[str, float]:
 def per_load(graph: Path, repeats: int) -> dict[str, float]:
     import onnx
 
-    from agents.onnx_policy import load_onnx, open_session
+    from agents.learned.onnx_policy import load_onnx, open_session
 
     def unbounded():
         data = graph.read_bytes()
@@ -106,7 +106,7 @@ def per_episode(graph: Path, seeds: tuple[int, ...], repeats: int) -> dict[str, 
 def per_sb3_load(repeats: int) -> dict[str, float]:
     from stable_baselines3 import PPO
 
-    from agents.learned import load_sb3
+    from agents.learned.policy import load_sb3
     return rounds(repeats, {"SB3's load": lambda: PPO.load(MODEL, device="cpu"),
                             "bounded": lambda: load_sb3(MODEL)})
 

@@ -1,4 +1,4 @@
-"""Speed of the model arm's harness: the scripted model (tests/chat_server.py) in its own
+"""Speed of the model arm's harness: the scripted model (tests/model/chat_server.py) in its own
 process over loopback, the arm's whole loop (requests, transcripts, the engine, the rows) in this
 one, at concurrency 1 and 4, into fresh folders.
 
@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
 
 def serve(queue) -> None:
-    from chat_server import ChatServer
+    from tests.model.chat_server import ChatServer
     server = ChatServer(policy="sop")
     queue.put(server.base_url)
     while True:

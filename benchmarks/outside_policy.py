@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 TORCH_POLICY = """from pathlib import Path
 
-from agents.learned import load_sb3
+from agents.learned.policy import load_sb3
 from finality_gym.policy import Policy
 
 MODEL = load_sb3(Path(__file__).with_name("model.zip"))  # torch and the model: once
@@ -45,7 +45,7 @@ class Loaded(Policy):
 
 def main() -> None:
     from agents import make_policy, run_episode
-    from agents.sandbox import unavailable
+    from agents.sandbox.self_test import unavailable
     from finality_gym import load_corpus
     from eval.grading.grader import CHUNK, RunConfig, grade
     runs = [("in process", "finality_gate", True, 1),

@@ -10,6 +10,8 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Iterable
 
+from .records import check_keys
+
 
 @dataclass(frozen=True, slots=True)
 class Costs:
@@ -45,11 +47,7 @@ class Costs:
         saying why, rather than read as other costs (the types are checked on construction)."""
         if not isinstance(data, dict):
             raise ValueError(f"costs are a dict (Costs.to_dict), got {data!r}")
-        names = {f.name for f in fields(cls)}
-        unknown, missing = set(data) - names, names - set(data)
-        if unknown or missing:
-            raise ValueError(f"not costs: unknown keys {sorted(unknown)}, missing keys "
-                             f"{sorted(missing)}")
+        check_keys(data, (f.name for f in fields(cls)), "costs")
         return cls(**data)
 
 

@@ -135,7 +135,7 @@ class FinalityEnv(gym.Env):
     By default (`info="numeric"`) `reset` and every `step` return the same seven keys with the
     same dtypes and shapes, so that toolkits which stack or compare infos across steps accept
     them (Tianshou's buffer, Minari's `DataCollector(record_infos=True)`, TorchRL's info reader
-    and `ActionMask`, Gymnasium's vector envs; `tests/test_toolkits.py`). The numbers are numpy
+    and `ActionMask`, Gymnasium's vector envs; `tests/env/test_toolkits.py`). The numbers are numpy
     int64 scalars and the flags 0-d bool arrays (`int(info["gap"])`, `bool(info["ended"])` give
     Python values): TorchRL's info reader takes a dtype from every value (a Python int has
     none), and a numpy bool scalar would become an object array in a Gymnasium vector env, where

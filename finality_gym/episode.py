@@ -23,6 +23,7 @@ from typing import NamedTuple, get_args, get_type_hints
 from .economics import DEFAULT_COSTS, Costs, Outcome, Position, outcome_of, price
 from .faults import FAMILIES, FaultProfile
 from .oracle import reference_position
+from .records import check_keys
 from .replicas import BANK, ERP, LEDGER, PROCESSOR, Replicas
 from .tasks import CALL_BUDGET, HANDOVER_AT, HORIZON, SHIP_BY, Task
 from .world import DISPOSITIONS, World
@@ -87,10 +88,7 @@ class EpisodeRecord(NamedTuple):
         ints by name."""
         if not isinstance(data, dict):
             raise ValueError(f"an episode record is a dict (EpisodeRecord.to_dict), got {data!r}")
-        unknown, missing = set(data) - set(cls._fields), set(cls._fields) - set(data)
-        if unknown or missing:
-            raise ValueError(f"not an episode record: unknown keys {sorted(unknown)}, missing "
-                             f"keys {sorted(missing)}")
+        check_keys(data, cls._fields, "an episode record")
         for name, kinds in _RECORD_TYPES.items():
             value = data[name]
             if type(value) not in kinds:

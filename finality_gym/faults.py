@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .records import check_keys
+
 FAMILIES = ("loss", "delay", "duplicate", "partial_commit", "reorder", "stale_read")
 DEFAULT_INTENSITY = 0.30
 
@@ -89,11 +91,7 @@ class FaultProfile:
         refused, saying why, rather than read as some other profile."""
         if not isinstance(data, dict):
             raise ValueError(f"a fault profile is a dict (FaultProfile.to_dict), got {data!r}")
-        keys = {"intensity", "families"}
-        unknown, missing = set(data) - keys, keys - set(data)
-        if unknown or missing:
-            raise ValueError(f"not a fault profile: unknown keys {sorted(unknown)}, missing keys "
-                             f"{sorted(missing)}")
+        check_keys(data, ("intensity", "families"), "a fault profile")
         families = data["families"]
         if not isinstance(families, list) or not all(isinstance(f, str) for f in families):
             raise ValueError(f"a fault profile's families are a list of names, got {families!r}")

@@ -7,7 +7,9 @@ It is generated once (see `corpus.py`) and round-trips through JSON.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
+
+from .records import check_keys
 
 # docs/world.md section 1 (ticks; 1 tick = 1 second).
 ORDER_PLACED_AT = 0
@@ -78,8 +80,10 @@ class Task:
 
     @classmethod
     def from_dict(cls, data: dict) -> Task:
-        names = {f.name for f in fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise ValueError(f"unknown task fields: {sorted(unknown)}")
+        """The task whose `to_dict` is `data` (a corpus file's row); a key it does not have, or
+        lacks without a default, is refused, naming it."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a task is a dict (Task.to_dict), got {data!r}")
+        check_keys(data, (f.name for f in fields(cls)), "a task",
+                   optional=(f.name for f in fields(cls) if f.default is not MISSING))
         return cls(**data)

@@ -64,6 +64,22 @@ def test_every_relative_link_of_the_readme_and_the_docs_points_at_a_file_here():
     assert checked >= 10
 
 
+# A path of the repository named in backticks, as docs and docstrings name a module
+# (`agents/sandbox/host.py`, `tests/grading/test_trust.py::name`, `agents.scripted:CLASS` aside).
+NAMED_PATH = re.compile(r"`((?:finality_gym|agents|eval|train|tests|benchmarks|docs)/[\w/.\-]*[\w/])"
+                        r"(?::\w+|::[\w\[\]-]+)?`")
+
+
+def test_every_path_the_docs_and_docstrings_name_exists():
+    """A file moved or renamed leaves no doc, README or docstring pointing at its old place."""
+    named = [(source, m.group(1)) for source in SOURCES if source.name != "CHANGELOG.md"
+             for m in NAMED_PATH.finditer(source.read_text())]
+    assert len(named) > 100
+    missing = [f"{source.relative_to(ROOT)}: {path}" for source, path in named
+               if not (ROOT / path).exists()]
+    assert not missing, missing
+
+
 def test_every_docs_page_is_linked_from_the_readme():
     targets = {(ROOT / t.split("#", 1)[0]).resolve() for t in LINK.findall(README.read_text())}
     for page in DOC_PAGES[1:]:

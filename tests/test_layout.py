@@ -1,11 +1,14 @@
-"""The house's layout, checked: dependencies flow one way with no circle, `eval/` is rooms that
-import only the rooms below them, no file or function outgrows what a reader can hold, and each
-table, constant and rule of the project is defined in one place."""
+"""The house's layout, checked: dependencies flow one way with no circle, `eval/` and `agents/`
+are rooms that import only what their docstrings allow, `tests/` mirrors them, no file or
+function outgrows what a reader can hold, and each table, constant and rule of the project is
+defined in one place."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,14 @@ ROOMS = {
     "board": {"grading", "stats", "reports", "models", "sweeps", "site"},
 }
 EVAL_TOP = {"__init__.py", "__main__.py", "inspect_task.py"}
+# Each room of agents and the modules of agents it may import (besides its own): the sandbox only
+# the spec (the repository's root, an outside spec's import path), the others nothing. The spec,
+# the registry and the factory sit at the top and join them.
+AGENT_ROOMS = {"sandbox": {"agents.spec"}, "learned": set(), "scripted": set(), "model": set()}
+AGENTS_TOP = {"__init__.py", "spec.py", "registry.py", "factory.py"}
+# The rooms of tests: each mirrors a part of the code (its `__init__` says which).
+TEST_ROOMS = {"env", "grading", "sandbox", "learned", "model", "board", "site", "training"}
+TESTS_TOP = {"__init__.py", "conftest.py", "test_docs.py", "test_layout.py"}
 MAX_LINES, MAX_FUNCTION = 500, 80
 SOURCES = ("finality_gym", "agents", "eval", "train", "tests", "benchmarks")
 
@@ -88,24 +99,70 @@ def test_dependencies_flow_one_way_and_have_no_circle():
             visit(node, [node])
 
 
+def _imports_across(package: str, rooms) -> list[tuple[str, str, str]]:
+    """(module, its room, target) for each import by a module in a room of `package` of a
+    module of `package` outside that room (the package's `__init__` included)."""
+    found = []
+    for module, targets in _graph().items():
+        parts = module.split(".")
+        if parts[0] == package and len(parts) > 1 and parts[1] in rooms:
+            found += [(module, parts[1], target) for target in targets
+                      if target.split(".")[0] == package and target.split(".")[1:2] != parts[1:2]]
+    return found
+
+
 def test_every_module_of_eval_lives_in_a_room_that_imports_only_the_rooms_below_it():
     loose = {p.name for p in (ROOT / "eval").glob("*.py")} - EVAL_TOP
     assert not loose, f"modules of eval outside a room: {sorted(loose)}"
     rooms = {p.name for p in (ROOT / "eval").iterdir() if (p / "__init__.py").is_file()}
     assert rooms == set(ROOMS), rooms
-    for module, targets in _graph().items():
-        parts = module.split(".")
-        if parts[0] != "eval" or len(parts) < 2 or parts[1] not in ROOMS:
-            continue
-        room = parts[1]
-        for target in targets:
-            there = target.split(".")
-            if there[0] == "eval" and len(there) > 1 and there[1] != room:
-                assert there[1] in ROOMS[room], f"{module} imports {target}: {room} may " \
-                                                f"import {sorted(ROOMS[room]) or 'no room'}"
+    for module, room, target in _imports_across("eval", ROOMS):
+        assert (target.split(".") + [""])[1] in ROOMS[room], \
+            f"{module} imports {target}: {room} may import {sorted(ROOMS[room]) or 'no room'}"
     for room in ROOMS:  # each room says what lives there and what it may import
         doc = ast.get_docstring(ast.parse((ROOT / "eval" / room / "__init__.py").read_text()))
         assert doc and "May import" in doc, room
+
+
+def test_every_module_of_agents_lives_in_a_room_that_imports_only_what_it_says():
+    loose = {p.name for p in (ROOT / "agents").glob("*.py")} - AGENTS_TOP
+    assert not loose, f"modules of agents outside a room: {sorted(loose)}"
+    rooms = {p.name for p in (ROOT / "agents").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == set(AGENT_ROOMS), rooms
+    for module, room, target in _imports_across("agents", AGENT_ROOMS):
+        assert target in AGENT_ROOMS[room], \
+            f"{module} imports {target}: {room} may import {sorted(AGENT_ROOMS[room]) or 'none'}"
+    for room in AGENT_ROOMS:  # each room says what it may import and what imports it
+        doc = ast.get_docstring(ast.parse((ROOT / "agents" / room / "__init__.py").read_text()))
+        assert doc and "What it may import" in doc and "What imports it" in doc, room
+
+
+# What importing a module of a room brings into the process: the host starts without the grader
+# or torch; a loader's module without torch (it imports torch inside the functions that use it).
+HEAVY = ("eval", "train", "torch", "stable_baselines3", "sb3_contrib", "onnxruntime", "ray")
+
+
+@pytest.mark.parametrize("module", ["agents.sandbox.host", "agents.sandbox.self_test",
+                                    "agents.learned.policy", "agents.learned.onnx_policy",
+                                    "agents.learned.sb3_archive", "agents.learned.vecnormalize"])
+def test_a_room_imports_without_the_grader_or_torch(module):
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import {module}; "
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
+    done = subprocess.run([sys.executable, "-I", "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "[]", (module, done.stdout, done.stderr[-500:])
+
+
+def test_tests_mirror_the_rooms():
+    loose = {p.name for p in (ROOT / "tests").glob("*.py")} - TESTS_TOP
+    assert not loose, f"test modules outside a room: {sorted(loose)}"
+    rooms = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == TEST_ROOMS, rooms
+    for room in TEST_ROOMS:  # a package each (pytest names a test by its room), saying what
+        # it tests
+        doc = ast.get_docstring(ast.parse((ROOT / "tests" / room / "__init__.py").read_text()))
+        assert doc, room
+        assert list((ROOT / "tests" / room).glob("test_*.py")), room
 
 
 def _python_files():
@@ -137,9 +194,10 @@ ONE_HOME = {
     "share": "eval/reports/format.py", "md_name": "eval/reports/format.py",
     "table": "eval/reports/format.py", "subplots": "eval/reports/figures.py",
     "SUMMARY": "eval/grading/runfolder.py", "transcript_name": "eval/grading/runfolder.py",
-    "ALGORITHMS": "agents/algorithms.py", "POLICY_TIMEOUT_S": "agents/limits.py",
-    "policy_timeout": "agents/limits.py", "ChatEndpoint": "agents/model/endpoint.py",
+    "ALGORITHMS": "agents/learned/algorithms.py", "POLICY_TIMEOUT_S": "agents/sandbox/limits.py",
+    "policy_timeout": "agents/sandbox/limits.py", "ChatEndpoint": "agents/model/endpoint.py",
     "TrainConfig": "train/config.py", "STATE_COLOUR": "finality_gym/frame.py",
+    "check_keys": "finality_gym/records.py", "is_unprivileged_scripted": "agents/spec.py",
 }
 
 

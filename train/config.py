@@ -3,7 +3,7 @@
 It is the one source of the recipe: each field's default, and for an option of `python -m
 train` its help beside it (`train/__main__.py` builds the options from the fields), and for an
 algorithm's own hyperparameter each algorithm's default (`HYPERPARAMETERS` is read from them).
-The algorithms trained are those `agents/algorithms.py` marks `trained`.
+The algorithms trained are those `agents/learned/algorithms.py` marks `trained`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass, field
 
 import finality_gym
-from agents.algorithms import ALGORITHMS
-from agents.sb3_archive import MAX_STACK
+from agents.learned.algorithms import ALGORITHMS
+from agents.learned.sb3_archive import MAX_STACK
 
 _TRAINED = [algorithm for algorithm in ALGORITHMS.values() if algorithm.trained]
 # PPO, the default, and the two that share its recipe.

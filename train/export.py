@@ -1,9 +1,9 @@
 """`python -m train export MODEL.zip|RUN --onnx OUT`: a saved stable-baselines3 model as the ONNX
-graph `onnx:OUT` grades (the contract: `agents/onnx_policy.py`, docs/usage.md "ONNX policies").
+graph `onnx:OUT` grades (the contract: `agents/learned/onnx_policy.py`, docs/usage.md "ONNX policies").
 
-The model is read as data the way the grader reads it (`agents/sb3_archive.py`: the archive's
+The model is read as data the way the grader reads it (`agents/learned/sb3_archive.py`: the archive's
 JSON and its weights as plain tensors, no pickle run); a training run folder (`RUN`) gives its
-`best_model.zip`. Every algorithm `sb3:` grades exports (`agents/algorithms.py`):
+`best_model.zip`. Every algorithm `sb3:` grades exports (`agents/learned/algorithms.py`):
 
     PPO, A2C, TRPO    obs -> logits (the actor: features, the actor's MLP, the action head)
     MaskablePPO       obs, action_mask -> logits, a masked action's logit -1e8 as MaskablePPO's
@@ -13,7 +13,7 @@ JSON and its weights as plain tensors, no pickle run); a training run folder (`R
                       scores): played greedily, as `sb3:` plays them
 
 with a dynamic batch dimension. Before the file is written, the graph runs in onnxruntime,
-through the grader's own checks (`agents/onnx_policy.py`), on `OBSERVATIONS` observations of
+through the grader's own checks (`agents/learned/onnx_policy.py`), on `OBSERVATIONS` observations of
 real episodes of `Finality-v0` (every probe arm; the model's own greedy action or a random
 allowed one, half and half, seeded: the same observations every export), batched and one step
 at a time (a recurrent state carried through each episode), and its outputs are compared with
@@ -22,7 +22,7 @@ the allowed actions, for MaskablePPO) or its action values. If the largest diffe
 `TOLERANCE` times the largest magnitude compared (at least 1), nothing is written.
 
 A model saved with a `vecnormalize.pkl` is refused: the normalization would have to become part
-of the graph, and the statistics are not yet readable outside `agents/vecnormalize.py`.
+of the graph, and the statistics are not yet readable outside `agents/learned/vecnormalize.py`.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.algorithms import Algorithm
-from agents.onnx_policy import (LOGITS, MASK, MASKED, OBS, Q_VALUES, STATE_IN, STATE_OUT,
+from agents.learned.algorithms import Algorithm
+from agents.learned.onnx_policy import (LOGITS, MASK, MASKED, OBS, Q_VALUES, STATE_IN, STATE_OUT,
                                 checked_graph, open_session, signature)
-from agents.sb3_archive import built_policy, finality_spaces, read_data
-from agents.vecnormalize import normalization_file
+from agents.learned.sb3_archive import built_policy, finality_spaces, read_data
+from agents.learned.vecnormalize import normalization_file
 from finality_gym.env import FinalityEnv
 from finality_gym.episode import PROBE_ARMS
 

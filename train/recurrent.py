@@ -19,7 +19,7 @@ Only training uses them (`train/run.py` calls `fast_updates()` before building a
 model): the saved model is sb3-contrib's own policy class, unchanged, and grading it steps one
 observation at a time, where both ways are one call. One LSTM call over a sequence rounds its sums
 otherwise than a call a step, so a run with it is not bit-identical to one without it; each is
-bit-identical to itself (`tests/test_recurrent.py`).
+bit-identical to itself (`tests/training/test_memory.py`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ validation uses every `validation_stride`-th independent unit of public under fa
 (the grading seeds are 0..4); `gamma = 1` (the reward is the terminal economic gap, and time
 already costs money in the world); the training reward is the gap relative to the order value
 (`RelativeGap`); validation and the final grading run the model as it is trained, a
-stochastic policy (sampled with a per-episode seed, see `agents/learned.py`; a DQN model
+stochastic policy (sampled with a per-episode seed, see `agents/learned/policy.py`; a DQN model
 greedily, the policy a Q-learner learns, and a RecurrentPPO model with its LSTM state carried
 through each episode); the final grading compares it with the nine scripted policies in the
 env's probe arm.
@@ -43,8 +43,8 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import finality_gym
-from agents.algorithms import PPO_ALGORITHMS
-from agents.learned import sb3_policy
+from agents.learned.algorithms import PPO_ALGORITHMS
+from agents.learned.policy import sb3_policy
 import eval.experiments.headline as headline
 from eval.grading.grader import RunConfig, grade_in_process
 from eval.experiments.headline import HEADLINE

@@ -1,7 +1,7 @@
 """A language model as a policy: a chat model behind an OpenAI-compatible Chat Completions
 endpoint acts through tool calls, one case per conversation.
 
-What the model sees (`prompt`): the system prompt of `agents/prompts/system.md` (the rules the
+What the model sees (`prompt`): the system prompt of `agents/model/system.md` (the rules the
 agent is told; it names no tool to prefer), a first user message with the case brief as JSON
 (never the seed), the twelve tools of `finality_gym.tools.TOOL_TABLE`, and each tool result as
 JSON. Each module's docstring says the rules of its part:
@@ -16,7 +16,10 @@ JSON. Each module's docstring says the rules of its part:
 - `errors`: the failures and whose they are; `config`: what a model run is (`ModelConfig`);
   `budget`: what a run may spend (`Budget`).
 
-The names below are the package's surface: `from agents.model import X` for any of them.
+What it may import: the standard library and `finality_gym` (the tools, the interface), nothing
+else of `agents/`; no LLM SDK (the endpoint speaks HTTP itself). What imports it: `eval/models/`
+(`python -m eval model`, the inspect_ai task) and its tests. The names below are the package's
+surface: `from agents.model import X` for any of them.
 """
 
 from .budget import Budget

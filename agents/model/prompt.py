@@ -1,4 +1,4 @@
-"""What the model is told: the system prompt (`agents/prompts/system.md`, the rules an agent is
+"""What the model is told: the system prompt (`agents/model/system.md`, the rules an agent is
 told, with the world's constants filled in; it names no tool to prefer), the first user message
 (the case brief as JSON, never the seed), the reminder after a reply without a tool call, the
 preflight's question, and each tool result as JSON. The prompt's hash pins a run's prompt in its
@@ -13,7 +13,7 @@ from pathlib import Path
 from finality_gym.economics import DEFAULT_COSTS
 from finality_gym.policy import Brief
 
-PROMPT_FILE = Path(__file__).parent.parent / "prompts" / "system.md"
+PROMPT_FILE = Path(__file__).with_name("system.md")
 REMINDER = "No tool was called. Act by calling one of the tools."
 PREFLIGHT = "Preflight check before the cases start: reply with anything."
 

@@ -50,8 +50,10 @@ MAX_ARGUMENT_BYTES = 64 << 10    # a tool call's arguments as UTF-8 (ours need s
 MAX_TOOL_NAME = 64               # characters of an unknown tool's name quoted back (OpenAI's cap)
 
 
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+# Possessive quantifiers (`*+`): neither pattern can give back what it matched, so neither can
+# backtrack, whatever the text (the tests read the compiled patterns for that).
+_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?+\Z)', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
@@ -60,9 +62,8 @@ def json_depth(text: str) -> int:
     scan that drops its strings, then counts its brackets (`json.loads` recurses once a
     level: 200,000 levels raise `RecursionError`, or worse under a raised recursion limit).
     For text that is not JSON, the count is at least as deep as a parser would go before it
-    fails. An unterminated string runs to the end, and a string's pattern never backtracks
-    (what stops it is a quote, the end, or a backslash at the end), so the scan stays linear
-    whatever the text."""
+    fails. An unterminated string runs to the end, and neither pattern can backtrack (its
+    quantifiers are possessive), so the scan stays linear whatever the text."""
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     return max(0, max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0))
 

@@ -16,7 +16,7 @@ A bundle is a zip archive (stored, not compressed) of
 files the manifest hashes, each a regular file under a plain relative name, stored (as `pack`
 writes it: a compressed member could inflate far beyond the bundle's own size, as four of
 250 KB did to 250 MiB each) and read to no more than its stored size, within `MAX_BYTES` in
-all, its zip directory within `agents.sb3_archive.ZIP_DIRECTORY`; every hash must match; the
+all, its zip directory within `agents.learned.sb3_archive.ZIP_DIRECTORY`; every hash must match; the
 manifest may hold only the fields above, so a bundle cannot ask for an unsafe form of grading
 (`trust_pickles`, `sandbox`), and its spec must be of its kind and load only files it holds. A
 bundle's identity is the SHA-256 of its bytes (`Bundle.sha256`), which a verified entry records.
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents import PolicySpec
-from agents.sb3_archive import member, opened
+from agents.learned.sb3_archive import member, opened
 from agents.spec import LEARNED, ONNX
 
 BUNDLE_FORMAT = "finality-bundle/1"

@@ -20,7 +20,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from agents import PolicySpec, make_policy
-from agents.external import ExternalPolicy
+from agents.sandbox.external import ExternalPolicy
 from agents.model import ModelConfig
 from agents.spec import module_file
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from agents import PolicySpec
 from agents.spec import module_file
-from agents.vecnormalize import normalization_file
+from agents.learned.vecnormalize import normalization_file
 
 from eval.board.bundle import KINDS, BundleError, bundle_of, pack, write_new
 from eval.board.loading import check_loads
@@ -31,7 +31,7 @@ SKIPPED = ("__pycache__",)
 
 def _package_files(target: str) -> dict:
     """An outside module's whole top-level package (or its module file), as the sandbox shows
-    it (`agents/bwrap.py`): every regular file, bytecode caches left out; a link is refused."""
+    it (`agents/sandbox/bwrap.py`): every regular file, bytecode caches left out; a link is refused."""
     source = module_file(target)
     parts = target.split(".")
     depth = len(parts) if source.name != "__init__.py" else len(parts) + 1

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from agents import PolicyError, is_unprivileged_scripted
-from agents.external import PolicyLoadError
+from agents.sandbox.external import PolicyLoadError
 from finality_gym import load_corpus
 from finality_gym.corpus import PRIVATE, private_corpus
 

@@ -20,8 +20,8 @@ import argparse
 import re
 from pathlib import Path
 
-from agents import make_policy
-from agents.external import ExternalPolicy
+from agents import PolicySpec, make_policy
+from agents.sandbox.external import ExternalPolicy
 from finality_gym import PROBE_ARMS, SPLITS, load_corpus
 from finality_gym.policy import play
 
@@ -36,9 +36,9 @@ NAME_LIMIT = 80                  # characters of the policy spec in the PNG's na
 def default_path(spec: str, task_id: str, seed: int) -> Path:
     """`results/show/<policy>_<task>_s<seed>.png`, a name safe on any filesystem. The spec's
     file names lose their suffix (`ppo:models/ppo_full.zip` gives `ppo_models_ppo_full`,
-    `agents/mine.py:Mine` gives `agents_mine_Mine`), so the PNG's name has one; a spec too long
+    `policies/mine.py:Mine` gives `policies_mine_Mine`), so the PNG's name has one; a spec too long
     keeps its head and its tail, where a model's file name is."""
-    name = _clean(":".join(_unsuffixed(part) for part in spec.split(":")))
+    name = _clean(":".join(_unsuffixed(part) for part in PolicySpec.parse(spec).parts))
     if len(name) > NAME_LIMIT:
         name = f"{name[:20]}_{name[21 - NAME_LIMIT:]}"
     return DEFAULT_DIR / f"{name}_{_clean(task_id)}_s{seed}.png"

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from agents import Policy, PolicyError, PolicySpec, make_policy, play, sandbox
-from agents.external import ExternalPolicy, PolicyLoadError
-from agents.vecnormalize import normalization_file
+from agents import Policy, PolicyError, PolicySpec, make_policy, play
+from agents.sandbox.external import ExternalPolicy, PolicyLoadError
+from agents.sandbox.self_test import self_test
+from agents.learned.vecnormalize import normalization_file
 from finality_gym import FaultProfile, Task, load_corpus
 from finality_gym.corpus import PRIVATE, Corpus, private_corpus
 from finality_gym.economics import DEFAULT_COSTS, Costs
@@ -53,11 +54,11 @@ class RunConfig:
     # The private split's master seed: held in memory, never written (the manifest pins the
     # corpus by its fingerprint).
     master_seed: int | None = field(default=None, repr=False, compare=False)
-    # Outside policies run in the operating-system sandbox (agents/sandbox.py) unless False.
+    # Outside policies run in the operating-system sandbox (agents/sandbox/) unless False.
     sandbox: bool = True
     # Saved models loaded by unpickling, as stable-baselines3 does (code in the file runs in the
     # grader): only with --trust-pickles, never on the private split. By default they load as
-    # data (agents/sb3_archive.py).
+    # data (agents/learned/sb3_archive.py).
     trust_pickles: bool = False
     # The name each policy's rows carry (`policy`), in the order of `policies`; None: its spec.
     # A verified bundle's rows name the spec as the bundle does (`my_policy.py:Agent`), while
@@ -354,11 +355,11 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
             require_ray()  # Ray missing: an error now, before anything is written
     outside = [s for s in config.policies if PolicySpec.parse(s).kind == "outside"]
     if outside:  # which sandbox the outside policies were graded in, proven before any case
-        manifest = {**(manifest or {}), "sandbox": sandbox.self_test() if config.sandbox
+        manifest = {**(manifest or {}), "sandbox": self_test() if config.sandbox
                     else "off"}
         if backend == "ray" and config.sandbox:  # and on every node that grades, by host name
             from eval.grading.distributed import on_every_node
-            manifest["sandbox_nodes"] = on_every_node(sandbox.self_test)
+            manifest["sandbox_nodes"] = on_every_node(self_test)
     if isinstance(backend, str):
         for spec in config.policies:  # fail now, not in a worker: an outside policy's code is
             policy = make_policy(spec, sandbox=config.sandbox,  # loaded once, then let go

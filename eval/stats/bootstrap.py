@@ -119,7 +119,7 @@ class SeedUnitSums:
     variance: which tasks were drawn and which seeds were trained. Resampling the seeds' runs
     within each task instead (as rliable does for runs on independent tasks) treats the shared
     units as fixed and gives an interval far too narrow; resampling units only ignores the seeds
-    (tests/test_stats.py measures both by simulation)."""
+    (tests/grading/test_stats.py measures both by simulation)."""
 
     num: np.ndarray
     den: np.ndarray

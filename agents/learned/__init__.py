@@ -1,0 +1,14 @@
+"""Learned policies, loaded as data: a saved stable-baselines3 model (`sb3:`, `ppo:`) and a
+policy network as an ONNX graph (`onnx:`), both run over `Finality-v0`'s observations.
+
+`policy.py` is the runner (`GymPolicy`) and the SB3 loader (`load_sb3`); `sb3_archive.py` reads
+an SB3 archive without running its pickles; `vecnormalize.py` reads a `vecnormalize.pkl` as data;
+`onnx_policy.py` checks and runs an ONNX graph; `algorithms.py` names the algorithms a spec may
+grade.
+
+What it may import: the standard library, numpy, gymnasium and `finality_gym`; torch,
+stable-baselines3 and onnxruntime only inside the functions that need them, so that the grader,
+`python -m train export` and an outside policy that loads a model import this room without
+them. Nothing else of `agents/`. What imports it: the factory, the grader (`vecnormalize`), the
+board (`sb3_archive`, `vecnormalize`) and `train/`. This file imports nothing.
+"""

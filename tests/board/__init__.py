@@ -1,0 +1,1 @@
+"""The leaderboard (`eval/board/`): submit, verify, the board and its refusals."""

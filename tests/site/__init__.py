@@ -1,0 +1,1 @@
+"""The results site (`eval/site/`), shown in a real headless browser."""
