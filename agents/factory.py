@@ -1,9 +1,10 @@
 """The factory: every policy by its spec (`agents/spec.py` parses them; `agents/registry.py`
-names the project's own): the project's scripted policies, open-loop plans, saved stable-baselines3 models (loaded as data, no pickle of the archive run,
-unless `allow_pickle`: `agents/learned/policy.py`), policy networks as ONNX graphs (run by onnxruntime:
-`agents/learned/onnx_policy.py`) and policies from outside the project, graded in
-their own process (`agents/sandbox/external.py`). A language model (`model:NAME`) needs an endpoint:
-`python -m eval model` builds it (`agents/model/`)."""
+names the project's own): the project's scripted policies, open-loop plans, saved stable-baselines3
+models (loaded as data, no pickle of the archive run, unless `allow_pickle`:
+`agents/learned/policy.py`), policy networks as ONNX graphs (run by onnxruntime:
+`agents/learned/onnx_policy.py`) and policies from outside the project, graded in their own process
+(`agents/sandbox/external.py`). A language model (`model:NAME`) needs an endpoint: `python -m eval
+model` builds it (`agents/model/`)."""
 
 from __future__ import annotations
 

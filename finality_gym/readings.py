@@ -2,8 +2,8 @@
 
 Three readers turn the engine's result dicts into something else: the observation encoder
 (`encoder.py`: numbers), the timeline's tracks (`tracks.py`: colours and labels) and the
-scripted policies (`agents/scripted/verdicts.py`: settled, failed or pending, docs/world.md section 9).
-They read the same fields the same way here, so that they cannot drift apart on what, say, a
+scripted policies (`agents/scripted/verdicts.py`: settled, failed or pending, docs/world.md section
+9). They read the same fields the same way here, so that they cannot drift apart on what, say, a
 processor's `failed` with a hard decline, a ledger with cash or the ERP's `payment_failed` means.
 
 A result reads as a *state*. A capture (a processor operation, a probe answer) is `submitted`,
@@ -128,7 +128,8 @@ def bank_totals(result: dict) -> BankTotals:
 
 def bank_state(result: dict) -> str:
     """The money the lines leave: settled if more came in than went out, else reversed if any
-    went out. (The policies' verdict takes any credit line as settled: `agents/scripted/verdicts.py`.)"""
+    went out. (The policies' verdict takes any credit line as settled:
+    `agents/scripted/verdicts.py`.)"""
     totals = bank_totals(result)
     return (SETTLED if totals.credits > totals.debits else REVERSED if totals.debit_lines
             else NOTHING)

@@ -1,9 +1,9 @@
 """The twelve tools as data: name, description and the JSON Schema of the arguments.
 
 This table is what a language model (or any out-of-process agent) is shown; the engine's own call
-validation (`episode.check_call`) is what decides. `tests/env/test_tools.py` proves that the two agree:
-every argument object the schema accepts the engine accepts, and every one it rejects the engine
-rejects with `InvalidCall`. One stricter choice: an `integer` here is a JSON integer literal
+validation (`episode.check_call`) is what decides. `tests/env/test_tools.py` proves that the two
+agree: every argument object the schema accepts the engine accepts, and every one it rejects the
+engine rejects with `InvalidCall`. One stricter choice: an `integer` here is a JSON integer literal
 (`60`), not a float with no fraction (`60.0`), which JSON Schema itself would admit.
 
 The descriptions state what each tool does and costs, in the world's own terms; none says which

@@ -66,8 +66,8 @@ def test_every_relative_link_of_the_readme_and_the_docs_points_at_a_file_here():
 
 # A path of the repository named in backticks, as docs and docstrings name a module
 # (`agents/sandbox/host.py`, `tests/grading/test_trust.py::name`, `agents.scripted:CLASS` aside).
-NAMED_PATH = re.compile(r"`((?:finality_gym|agents|eval|train|tests|benchmarks|docs)/[\w/.\-]*[\w/])"
-                        r"(?::\w+|::[\w\[\]-]+)?`")
+NAMED_PATH = re.compile(r"`((?:finality_gym|agents|eval|train|tests|benchmarks|docs)/"
+                        r"[\w/.\-]*[\w/])(?::\w+|::[\w\[\]-]+)?`")
 
 
 def test_every_path_the_docs_and_docstrings_name_exists():

@@ -1,9 +1,10 @@
 """`python -m train export MODEL.zip|RUN --onnx OUT`: a saved stable-baselines3 model as the ONNX
-graph `onnx:OUT` grades (the contract: `agents/learned/onnx_policy.py`, docs/usage.md "ONNX policies").
+graph `onnx:OUT` grades (the contract: `agents/learned/onnx_policy.py`, docs/usage.md "ONNX
+policies").
 
-The model is read as data the way the grader reads it (`agents/learned/sb3_archive.py`: the archive's
-JSON and its weights as plain tensors, no pickle run); a training run folder (`RUN`) gives its
-`best_model.zip`. Every algorithm `sb3:` grades exports (`agents/learned/algorithms.py`):
+The model is read as data the way the grader reads it (`agents/learned/sb3_archive.py`: the
+archive's JSON and its weights as plain tensors, no pickle run); a training run folder (`RUN`)
+gives its `best_model.zip`. Every algorithm `sb3:` grades exports (`agents/learned/algorithms.py`):
 
     PPO, A2C, TRPO    obs -> logits (the actor: features, the actor's MLP, the action head)
     MaskablePPO       obs, action_mask -> logits, a masked action's logit -1e8 as MaskablePPO's

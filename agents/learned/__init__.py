@@ -9,6 +9,8 @@ grade.
 What it may import: the standard library, numpy, gymnasium and `finality_gym`; torch,
 stable-baselines3 and onnxruntime only inside the functions that need them, so that the grader,
 `python -m train export` and an outside policy that loads a model import this room without
-them. Nothing else of `agents/`. What imports it: the factory, the grader (`vecnormalize`), the
-board (`sb3_archive`, `vecnormalize`) and `train/`. This file imports nothing.
+them. Nothing else of `agents/`. What imports it: the factory (the `sb3:`, `ppo:` and `onnx:`
+specs), the grader and the board (`vecnormalize`, `sb3_archive`), `train/` (the algorithms,
+export) and the benchmarks of learned policies. This file imports nothing, so importing one
+loader imports only what it needs.
 """

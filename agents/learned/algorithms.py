@@ -1,8 +1,8 @@
 """The stable-baselines3 algorithms the project knows, in one table: every SB3 and sb3-contrib
 algorithm that can act in a Discrete action space. The grader plays a saved model of any of them
-(`sb3:PATH`, `agents/learned/policy.py`); `python -m train` trains those marked `trained`, under their
-snake-case name (`--algo`, a run's `config.json`, its checkpoints' names). It lives here, not in
-`train/`, because the grader needs it and never imports the trainer."""
+(`sb3:PATH`, `agents/learned/policy.py`); `python -m train` trains those marked `trained`, under
+their snake-case name (`--algo`, a run's `config.json`, its checkpoints' names). It lives here, not
+in `train/`, because the grader needs it and never imports the trainer."""
 
 from __future__ import annotations
 

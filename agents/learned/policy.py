@@ -31,8 +31,8 @@ every episode from a fresh state. A model trained on a stack of the last N obser
 stack, emptied at every episode's start. MaskablePPO is given the env's action masks; the others may
 choose a masked action, which the world refuses like any late `ship`.
 
-A network run outside torch (`onnx:`, `agents/learned/onnx_policy.py`) samples as SB3 does with what is
-here (`probabilities`, `Exponentials`), and is checked on load on the env's own observations
+A network run outside torch (`onnx:`, `agents/learned/onnx_policy.py`) samples as SB3 does with
+what is here (`probabilities`, `Exponentials`), and is checked on load on the env's own observations
 (`real_steps`).
 """
 

@@ -17,8 +17,9 @@ JSON. Each module's docstring says the rules of its part:
   `budget`: what a run may spend (`Budget`).
 
 What it may import: the standard library and `finality_gym` (the tools, the interface), nothing
-else of `agents/`; no LLM SDK (the endpoint speaks HTTP itself). What imports it: `eval/models/`
-(`python -m eval model`, the inspect_ai task) and its tests. The names below are the package's
+else of `agents/`; no LLM SDK (the endpoint speaks HTTP itself). What imports it: `eval/`'s model
+arm (`eval/models/`, `python -m eval model`, the inspect_ai task), the board's loading and the
+site's transcripts, and `benchmarks/model_harness.py`. The names below are the package's
 surface: `from agents.model import X` for any of them.
 """
 

@@ -71,13 +71,16 @@ steps the fork server and the cases take (`enter_worker`, `isolate_worker`, `ent
 their clones in `supervisor.py`; the host (`host.py`: the process `agents.sandbox.host` the grader
 starts in `python -I`) and the fork server it runs the cases from (`fork_server.py`); the host's
 checks from /proc (`case_problems`, `others`) in `case_checks.py`; the limits in `limits.py`; the
-grader's side of the protocol (`ExternalPolicy`) in `external.py`; `unavailable()`, the self-test
-and the layers a run records in `self_test.py`.
+grader's side of the protocol (`ExternalPolicy`) in `external.py`; `unavailable()` in `bwrap.py`;
+the self-test and the layers a run records in `self_test.py`.
 
-What it may import: the standard library, `finality_gym` and `agents/spec.py` (for the repository's
-root and a spec's import path), nothing else of the project: the host runs these modules in a bare
-interpreter under bwrap, where only `agents/` and `finality_gym/` are shown, and must start without
-the grader, numpy's heavy users or torch. What imports it: the factory (`ExternalPolicy`), the
-grader (`self_test`) and the board (`external`, `bwrap`). This file imports nothing, so that
-importing one module of the room imports only what that module needs.
+What it may import: the standard library, `finality_gym` and, of the rest of `agents/`, only
+`agents/spec.py` (the repository's root, a spec's import path). The host runs these modules in an
+isolated interpreter under bwrap, where only `agents/` and `finality_gym/` are shown, and must
+start without the grader or torch: importing any of them runs `agents/__init__.py` first, which
+loads the factory, the spec, the registry, the scripted rules and `external.py`, never `eval/`,
+`train/` or torch (`tests/test_layout.py` checks the host and the self-test). What imports it:
+the factory (`ExternalPolicy`), the grader (`ExternalPolicy`, `self_test`), the board's loading
+and verification and `eval show` (`ExternalPolicy`), the sandbox's tests and
+`benchmarks/outside_policy.py`.
 """

@@ -1,11 +1,11 @@
 """Policies from outside the project, graded through a process boundary.
 
 A spec `path/to/my_policy.py:MyPolicy` or `mypkg.policies:MyPolicy` names a `Policy` subclass
-that the grader never imports: `ExternalPolicy` starts the host (`agents/sandbox/host.py`: one process a
-worker, a fresh fork server for every chunk of work, every case a fork of it) and relays tool
-calls and results as JSON lines. Every case gets a token of its own that the host adds to each message of
-that case (the case never sees it): a message with another token is an error, and so is a case
-that sends anything past its end (`finish`). A line over `limits.MAX_LINE` bytes breaks the
+that the grader never imports: `ExternalPolicy` starts the host (`agents/sandbox/host.py`: one
+process a worker, a fresh fork server for every chunk of work, every case a fork of it) and relays
+tool calls and results as JSON lines. Every case gets a token of its own that the host adds to each
+message of that case (the case never sees it): a message with another token is an error, and so is
+a case that sends anything past its end (`finish`). A line over `limits.MAX_LINE` bytes breaks the
 protocol; it is never buffered whole. The engine, and with it the episode's truth, stays in the
 grader's process; a case that takes longer than `timeout_s` (wall time, the policy's whole
 case; `limits.policy_timeout()`: 10 s, or the environment variable FINALITY_POLICY_TIMEOUT)

@@ -5,9 +5,9 @@ The fork server, forked from the host before anything else, imports the policy's
 (`load_class`: that file, with that content, and nothing else), is refused if the import left
 anything that would outlive it in a fork (a thread, a file descriptor, a shared mapping,
 read-only or not, a signal handler, a tracing hook, its namespaces or mounts: the host reads
-them from /proc, `agents/sandbox/case_checks.py`'s `server_state`; a process: the host looks), and then
-forks a case whenever the host asks, and nothing else (`serve`). Each case connects, on a socket
-made before the import, to the host's listening socket, says it is ready, reads its brief
+them from /proc, `agents/sandbox/case_checks.py`'s `server_state`; a process: the host looks), and
+then forks a case whenever the host asks, and nothing else (`serve`). Each case connects, on a
+socket made before the import, to the host's listening socket, says it is ready, reads its brief
 and plays it (`_case`, `_play`); a failure of the policy's is said in one line (`why`) and its
 traceback goes to standard error, from the policy's own call on.
 

@@ -12,8 +12,9 @@ on its own (`sitecustomize` at start, `org` when `copy` is imported, ...), and a
 policy's by such a name would run in the host, which sees every case. The host runs in Python's
 isolated mode (`-I`: no PYTHONPATH, no user site, not the working directory), with only the
 repository put first; the fork server adds PATH to its path after it has forked from the host,
-just before it imports the policy. The grader starts this process (`agents.sandbox.external.ExternalPolicy`) and speaks JSON lines
-with it over its standard input and output; this process, and only it, holds that channel:
+just before it imports the policy. The grader starts this process
+(`agents.sandbox.external.ExternalPolicy`) and speaks JSON lines with it over its standard input
+and output; this process, and only it, holds that channel:
 
     host -> grader   {"ready": NAME} | {"unloadable": TEXT}       NAME: the class's `name`
     grader -> host   {"episode": BRIEF, "case": TOKEN}             a case starts
@@ -40,18 +41,18 @@ case's token, and kills it when the grader says the case ended. Every case is th
 same post-import state: a module-level counter or anything else a case changes dies with it. A
 case that sends anything past its turn or its end is an error. The grader shuffles the jobs of a
 run across its chunks in an unrecorded order and gives every chunk a fresh host, so counting
-cases tells a policy nothing of its place. The engine, and the episode's truth, are never in these processes. Anything the
-policy prints goes to standard error, through the host, which relays a capped amount; its
-tracebacks too. Numerical libraries run on one thread (`OPENBLAS_NUM_THREADS=1` and the like,
-set by the grader): a thread pool started at import could not be forked.
+cases tells a policy nothing of its place. The engine, and the episode's truth, are never in these
+processes. Anything the policy prints goes to standard error, through the host, which relays a
+capped amount; its tracebacks too. Numerical libraries run on one thread (`OPENBLAS_NUM_THREADS=1`
+and the like, set by the grader): a thread pool started at import could not be forked.
 
-The fork server and the cases are `agents/sandbox/fork_server.py`; this module is the host. Under the
-operating-system sandbox (`agents/sandbox/`: these processes run under bwrap, and
+The fork server and the cases are `agents/sandbox/fork_server.py`; this module is the host. Under
+the operating-system sandbox (`agents/sandbox/`: these processes run under bwrap, and
 `FINALITY_SANDBOX=1` says so) the fork server isolates and filters itself once after the
 import (`isolate_worker`), every case gets fresh namespaces and scratch space (`enter_case`)
 and its limits and filter (`restrict_case`), and the host checks each case from /proc
-(`case_problems`, `agents/sandbox/case_checks.py`) and refuses a policy that leaves any other process
-running (`others`).
+(`case_problems`, `agents/sandbox/case_checks.py`) and refuses a policy that leaves any other
+process running (`others`).
 
 When the grader's side is gone (it closed the pipes, or a worker of its was stopped while a case
 ran), there is no one left to tell: the host and its case end at once, quietly, a case stuck in
@@ -72,8 +73,8 @@ from pathlib import Path
 
 from agents.sandbox.bwrap import HOSTDIR
 from agents.sandbox.supervisor import Supervisor
-from agents.sandbox.case_checks import (case_problems, expected_mounts, left_by_import, orphaned, others,
-                                 peer, server_state)
+from agents.sandbox.case_checks import (case_problems, expected_mounts, left_by_import, orphaned,
+                                        others, peer, server_state)
 from agents.sandbox import fork_server
 from agents.sandbox.limits import MAX_LINE, STDERR_CASE, STDERR_TOTAL
 from agents.spec import ROOT

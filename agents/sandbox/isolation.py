@@ -113,8 +113,8 @@ def enter_worker() -> tuple[int, int]:
     (what `isolate_worker` and the cases later do), not this. Mounts made here are locked in
     the cases' namespace: nothing there can uncover /proc. Returns a descriptor of the user
     namespace the cases get, made now (`isolate_worker` enters it), and the listener of the
-    filter's clones, which the host answers (`agents/sandbox/supervisor.py`): the caller hands it to the
-    host and closes it before the import."""
+    filter's clones, which the host answers (`agents/sandbox/supervisor.py`): the caller hands it
+    to the host and closes it before the import."""
     if platform.machine() not in NUMBERS:
         raise OSError(f"sandbox: no seccomp filter for the {platform.machine()} architecture")
     import resource
@@ -189,8 +189,8 @@ def close_range(first: int) -> None:
 def enter_case() -> None:
     """Called in the fork server's child that starts a case: fresh pid and mount namespaces, a
     fresh tmpfs on the scratch folder and on /dev/shm, then the case itself forked
-    as pid 1 of the new pid namespace, in a session of its own; this process exits at once (the case is reaped by the
-    sandbox's init, never by the fork server). Returns in the case only."""
+    as pid 1 of the new pid namespace, in a session of its own; this process exits at once (the
+    case is reaped by the sandbox's init, never by the fork server). Returns in the case only."""
     _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWNS), "unshare")
     _fresh_places(_PREPARED["tmpfs"])
     if os.fork():  # the first child in a new pid namespace is its pid 1

@@ -1,6 +1,7 @@
 """The limits an outside policy runs under: the wall time of a case (the grader's), the
-resources of a case (the sandbox's: `agents/sandbox/isolation.py` sets them, `agents/sandbox/case_checks.py`
-checks them) and the sizes of what a case may send (the host's relay, `agents/sandbox/host.py`).
+resources of a case (the sandbox's: `agents/sandbox/isolation.py` sets them,
+`agents/sandbox/case_checks.py` checks them) and the sizes of what a case may send (the host's
+relay, `agents/sandbox/host.py`).
 
 Two of them are set outside, by environment variables that reach the sandbox (`PASSED`): the
 grader and every process in the sandbox read them here, so a case's wall time and its CPU time

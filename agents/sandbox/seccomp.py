@@ -148,8 +148,9 @@ def seccomp_program(machine: str, denied_names: tuple[str, ...] = DENIED,
     calls `denied_names` fail with EPERM, and so do madvise with `EVICTING_ADVICE`, preadv2
     and pwritev2 with `CACHE_FLAGS` and statx asking for `STATX_MNT_ID_UNIQUE`; clone3 says
     ENOSYS; with `processes` (the fork server's), a clone that makes a pidfd or a namespace
-    fails, and every other clone and fork waits for the host's answer (`agents/sandbox/supervisor.py`: the fork server and a case's starter may
-    make a process, a case nothing, not even a thread, whatever the filter the case took)."""
+    fails, and every other clone and fork waits for the host's answer
+    (`agents/sandbox/supervisor.py`: the fork server and a case's starter may make a process, a
+    case nothing, not even a thread, whatever the filter the case took)."""
     numbers = NUMBERS[machine]
     denied = [numbers[name] for name in denied_names if name in numbers]
     program = [(_LD, 0, 0, 4), (_JEQ, 1, 0, _ARCH[machine]), (_RET, 0, 0, _KILL),  # the arch

@@ -2,8 +2,9 @@
 (`rules.py`), and the verdicts they read off tool results (`verdicts.py`).
 
 What it may import: `finality_gym` (the interface, the readings, the oracle's plan), nothing
-else of `agents/`. What imports it: the registry and the factory, and any outside policy that
-builds on a rule. Its classes are re-exported here, so that `agents.scripted:FinalityGate`
+else of `agents/`. What imports it: the registry and the factory, the experiments that name a
+rule's class (`eval/experiments/plans.py`, `eval/reports/report.py`), and any outside policy
+that builds on a rule. Its classes are re-exported here, so that `agents.scripted:FinalityGate`
 names the gate as an outside policy, as it always has.
 """
 

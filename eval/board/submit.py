@@ -31,7 +31,8 @@ SKIPPED = ("__pycache__",)
 
 def _package_files(target: str) -> dict:
     """An outside module's whole top-level package (or its module file), as the sandbox shows
-    it (`agents/sandbox/bwrap.py`): every regular file, bytecode caches left out; a link is refused."""
+    it (`agents/sandbox/bwrap.py`): every regular file, bytecode caches left out; a link is
+    refused."""
     source = module_file(target)
     parts = target.split(".")
     depth = len(parts) if source.name != "__init__.py" else len(parts) + 1

@@ -189,7 +189,8 @@ CRAFTED = {
                                   "pkg/__pycache__/__init__.cpython-311.pyc": b"\0"},
                                  "pkg:ProbeThenShip"), "compiled code"),
     # a module the lookup would find in the grader's checkout, not in the bundle
-    "outsider": (lambda: _bundle({"tests/README.txt": b""}, "tests.grading.test_trust:ProbeThenShip"),
+    "outsider": (lambda: _bundle({"tests/README.txt": b""},
+                                 "tests.grading.test_trust:ProbeThenShip"),
                  "already finds"),
     "nan": (lambda: _bundle({}, "finality_gate", kind="scripted",
                             claimed={"mean_gap": float("nan"), "exact": 0.5}), "not a number"),

@@ -6,7 +6,8 @@ import sys
 
 from hypothesis import assume, event as note_event, given, settings
 from hypothesis import strategies as st
-from tests.env.strategies import ALL_TASKS, calls, open_calls, play, profiles, seeds, tasks, twin_pairs
+from tests.env.strategies import (ALL_TASKS, calls, open_calls, play, profiles, seeds, tasks,
+                                  twin_pairs)
 
 import finality_gym
 from finality_gym.economics import outcome_of, price

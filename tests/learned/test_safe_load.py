@@ -1,6 +1,6 @@
 """A saved model is loaded as data: no pickle inside its archive, or in the `vecnormalize.pkl`
-saved with it, runs in the grader's process (`agents/learned/policy.py`), and the policy built from the
-archive's data acts exactly as the model SB3's own `load` makes. Each attack plants a payload
+saved with it, runs in the grader's process (`agents/learned/policy.py`), and the policy built from
+the archive's data acts exactly as the model SB3's own `load` makes. Each attack plants a payload
 that creates a marker file when it is unpickled: loaded the default way, the marker never
 appears; unpickled (`allow_pickle=True`, `pickle.load`, `torch.load(weights_only=False)`), it
 does, so every test here can fail."""

@@ -55,8 +55,8 @@ Counters (thread-safe): `requests` (chat POSTs), `preflights`, `turns` (= reques
 it is empty.
 
 This module is the server and its hooks; the scripted model's rules and words (what a
-conversation must be, the misbehaviours, the providers' ways) are `tests/model/chat_script.py`'s, and
-the HTTP handler that delivers replies and faults is `tests/model/chat_http.py`'s.
+conversation must be, the misbehaviours, the providers' ways) are `tests/model/chat_script.py`'s,
+and the HTTP handler that delivers replies and faults is `tests/model/chat_http.py`'s.
 """
 
 from __future__ import annotations
@@ -73,10 +73,11 @@ from agents import make_policy
 from finality_gym.policy import PolicyError
 
 from tests.model.chat_http import ChatHandler, ChatHTTPServer
-from tests.model.chat_script import (MISBEHAVIOURS, OVERFLOW_STYLES, REASONING_TOKENS, WAIT_ONLY, HTTPError,
-                         brief_of, call_of, check_signatures, emit, ends_case, fits,
-                         is_preflight, misbehave_schedule, reasoning_terms, same, show,
-                         signature, validate, world_result)
+from tests.model.chat_script import (MISBEHAVIOURS, OVERFLOW_STYLES, REASONING_TOKENS, WAIT_ONLY,
+                                     HTTPError, brief_of, call_of, check_signatures, emit,
+                                     ends_case, fits, is_preflight, misbehave_schedule,
+                                     reasoning_terms, same, show, signature, validate,
+                                     world_result)
 
 __all__ = ["ChatServer", "Fault", "FAULT_KINDS", "MISBEHAVIOURS", "OVERFLOW_STYLES", "WAIT_ONLY",
            "fault_schedule", "misbehave_schedule"]

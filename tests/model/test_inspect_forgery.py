@@ -56,7 +56,7 @@ def logs(tmp_path_factory):
                 os.environ["LOCAL_API_KEY"] = "test-key"
                 result = inspect_eval("eval/inspect_task.py",
                                       model="openai-api/local/scripted-model",
-                                      model_base_url=server.base_url,  # (tests/model/test_inspect.py)
+                                      model_base_url=server.base_url,  # (as test_inspect.py)
                                       log_dir=str(base / name), log_format="json", limit=limit,
                                       epochs=epochs, task_args=task_args, display="none",
                                       max_connections=2, max_retries=2)

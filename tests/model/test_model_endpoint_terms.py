@@ -20,7 +20,7 @@ from finality_gym import load_corpus
 from finality_gym.tools import chat_tools
 
 from tests.model.chat_server import ChatServer
-from tests.model.model_client import FAST, arm, config, key  # noqa: F401  (key: the autouse fixture)
+from tests.model.model_client import FAST, arm, config, key  # noqa: F401  (key: autouse)
 
 
 def test_a_reasoning_model_is_graded_with_the_fields_it_takes_and_that_is_pinned(

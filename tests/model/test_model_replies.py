@@ -22,7 +22,8 @@ from eval.models.arm import Transcript, read_transcript
 from finality_gym import InvalidCall, load_corpus
 
 from tests.model.chat_server import ChatServer
-from tests.model.hostile_replies import DEEP, RECORD, TASK, at_first_turn, deep, gate_record, outcome
+from tests.model.hostile_replies import (DEEP, RECORD, TASK, at_first_turn, deep, gate_record,
+                                         outcome)
 from tests.model.model_client import config, key  # noqa: F401  (key: the autouse fixture)
 
 

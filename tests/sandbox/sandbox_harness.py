@@ -1,6 +1,7 @@
-"""The harness of the sandbox's red-team tests (`tests/sandbox/test_sandbox.py`,
-`tests/sandbox/test_sandbox_protocol.py`): the attacks of `tests/sandbox/redteam/os_*.py` graded through the
-command line (`python -m eval headline`), sandboxed or not, and what the tests read of a run.
+"""The harness of the sandbox's red-team tests (every test module of `tests/sandbox/` but
+`test_outside.py` and `test_import_once.py`): the attacks of `tests/sandbox/redteam/os_*.py` graded
+through the command line (`python -m eval headline`), sandboxed or not, and what the tests read of
+a run.
 
 Each attack policy tries its one capability in every case and ships when it worked, refunds when
 it did not, so the rows' dispositions say what a policy could do. `attack` copies the attack's
@@ -90,8 +91,9 @@ SANDBOX = ["off", "on"]  # "on": # needs the sandbox (`grading` skips it where i
 
 # ----------------------------------------------------------------- policies and runs
 def attack(tmp_path: Path, module: str, cls: str, **config) -> str:
-    """The spec of `tests/sandbox/redteam/{module}.py:{cls}`, copied to `tmp_path/policy/{module}_{cls}.py`
-    (a file for each class: each has its own CONFIG) with `config` baked into its CONFIG."""
+    """The spec of `tests/sandbox/redteam/{module}.py:{cls}`, copied to
+    `tmp_path/policy/{module}_{cls}.py` (a file for each class: each has its own CONFIG) with
+    `config` baked into its CONFIG."""
     source = (REDTEAM / f"{module}.py").read_text()
     assert source.count(PLACEHOLDER) == 1, module
     folder = tmp_path / "policy"

@@ -1,6 +1,6 @@
-"""Outside policies import once (`agents/sandbox/host.py`): every case is forked from the process that
-imported the policy's code, so a model loaded at import is loaded once, yet nothing carries from
-one case to the next. Each attack below acts on what it finds (ships when it saw an earlier
+"""Outside policies import once (`agents/sandbox/host.py`): every case is forked from the process
+that imported the policy's code, so a model loaded at import is loaded once, yet nothing carries
+from one case to the next. Each attack below acts on what it finds (ships when it saw an earlier
 case, refunds when not) or is refused at load, with the reason named."""
 
 import json

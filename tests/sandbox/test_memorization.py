@@ -1,8 +1,9 @@
-"""A published split is memorizable by design, and the grade says so: `tests/sandbox/redteam/memorize.py`
-re-runs the engine on every published task to recognize its own (everything it needs is in the
-sandbox, as anyone's copy of the package holds it) and beats the finality gate on `public`; on a
-private split, which no policy carries, it gains nothing. The report and the printed table call
-public grades development figures; a private split's report does not.
+"""A published split is memorizable by design, and the grade says so:
+`tests/sandbox/redteam/memorize.py` re-runs the engine on every published task to recognize its own
+(everything it needs is in the sandbox, as anyone's copy of the package holds it) and beats the
+finality gate on `public`; on a private split, which no policy carries, it gains nothing. The
+report and the printed table call public grades development figures; a private split's report does
+not.
 """
 
 from __future__ import annotations

@@ -157,7 +157,8 @@ def test_a_policy_whose_grader_is_gone_exits_quietly(tmp_path):
     assert "KeyError: 'oops'" in text, text
     assert f'File "{tmp_path / "fails.py"}", line 11, in plan' in text, text
     assert "BrokenPipeError" not in text, text
-    assert "agents/sandbox/host.py" not in text and "agents/sandbox/fork_server.py" not in text, text
+    assert "agents/sandbox/host.py" not in text, text
+    assert "agents/sandbox/fork_server.py" not in text, text
 
 
 def _running(pid: int) -> bool:

@@ -5,10 +5,11 @@
   (`tests/sandbox/redteam/host_import.py` as `sitecustomize` and as the package `org`);
 - the page never publishes a policy's own words once grading began (a bundle that loaded when
   checked and fails to load when graded);
-- a case that counts the cases before it (`tests/sandbox/redteam/os_place.py`) learns its place in an
-  order drawn at random, nothing of its job;
-- no case and no import reaches a counter of the whole machine (`tests/sandbox/redteam/os_counter.py`:
-  the inode numbers of new pipes, sockets, memfds and pidfds, sysinfo, unique mount ids, /proc);
+- a case that counts the cases before it (`tests/sandbox/redteam/os_place.py`) learns its place in
+  an order drawn at random, nothing of its job;
+- no case and no import reaches a counter of the whole machine
+  (`tests/sandbox/redteam/os_counter.py`: the inode numbers of new pipes, sockets, memfds and
+  pidfds, sysinfo, unique mount ids, /proc);
 - the fork server's own code, run again before every fork, cannot uncover /proc
   (`tests/sandbox/redteam/os_uncover.py`);
 - an import gets no more address space than a case (`tests/sandbox/redteam/os_import_memory.py`);
@@ -24,8 +25,9 @@
 
 Each attack acts on what it finds, so each test fails where the leak is open (they did on
 8b36e67). The harness (`attack`, `headline`, the sandbox's skip-or-fail) is
-`tests/sandbox/sandbox_harness.py`. Shared mappings and the page cache: `tests/sandbox/test_shared_channels.py`;
-models that stall or flood the grader: `tests/learned/test_model_bounds.py`.
+`tests/sandbox/sandbox_harness.py`. Shared mappings and the page cache:
+`tests/sandbox/test_shared_channels.py`; models that stall or flood the grader:
+`tests/learned/test_model_bounds.py`.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ from finality_gym import load_corpus
 from finality_gym.corpus import new_master_seed
 
 from agents.sandbox.limits import limits
-from tests.sandbox.sandbox_harness import (REDTEAM, SANDBOX, TASKS, _one_matplotlib_cache,  # noqa: F401
-                             all_refund, attack, grading, headline, needs_sandbox)
+from tests.sandbox.sandbox_harness import (  # noqa: F401
+    REDTEAM, SANDBOX, TASKS, _one_matplotlib_cache, all_refund, attack, grading, headline,
+    needs_sandbox)
 
 PROTOCOL = ["--subset", "stratified", "--seeds", "1", "--workers", "1", "--no-progress"]
 HOST_IMPORT = (REDTEAM / "host_import.py").read_bytes()
@@ -157,16 +160,18 @@ def test_no_case_tells_the_next_by_the_process_ids_it_takes(tmp_path, sandbox):
     """Each case takes process ids (threads, a process), and the next reads how many from its
     fork server's forks: it escalates where the case before it took any. Sandboxed, the host
     refuses a case every new task (the fork server's filter hands every clone to it), so none
-    is told; without the sandbox every case but the first two of its fork server is (the host
-    forks a case before the one before it has played)."""
+    is told; without the sandbox most are (on an idle machine every case but the first two of
+    its fork server, since the host forks a case before the one before it has played; on a busy
+    one a few more cases are forked after their predecessor's threads ended, and refund)."""
     grading(sandbox)
     spec = attack(tmp_path, "os_pid_relay", "PidRelay")
     run = headline(tmp_path, [spec], sandbox, workers=1)
     if sandbox == "on":
         all_refund(run, spec)
     else:
-        assert run.code == 0 and run.dispositions(spec) == {"refund": 2,
-                                                             "escalate": TASKS - 2}, run
+        told = run.dispositions(spec)
+        assert run.code == 0 and set(told) == {"refund", "escalate"}, run
+        assert told["escalate"] >= TASKS // 2 and sum(told.values()) == TASKS, told
 
 
 def test_no_hook_mounts_a_filesystem_of_its_own(tmp_path):

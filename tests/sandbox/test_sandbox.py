@@ -1,14 +1,14 @@
 """The operating-system sandbox for outside policies (`python -m eval headline --sandbox on`, the
-default): every attack of `tests/sandbox/redteam/os_*.py` on the grader's machine, through the command
-line, unsandboxed (`--sandbox off`: each attack works) and sandboxed (each attack fails and the
-run goes on); honest policies give the very same rows either way; the run records it.
+default): every attack of `tests/sandbox/redteam/os_*.py` on the grader's machine, through the
+command line, unsandboxed (`--sandbox off`: each attack works) and sandboxed (each attack fails and
+the run goes on); honest policies give the very same rows either way; the run records it.
 
 The harness (`attack`, `headline`, the shared run of the attacks that let a run go on, the
-sandbox's skip-or-fail) is `tests/sandbox/sandbox_harness.py`. The attacks that end the run (killing the
-grader, or the process their case was forked from; the sandboxed memory hog) have runs of their
-own. A run has one worker where an attack counts on it (files or a listener that one worker's
-cases share; no orphaned worker grading on after its grader is killed); elsewhere the command
-line's default.
+sandbox's skip-or-fail) is `tests/sandbox/sandbox_harness.py`. The attacks that end the run
+(killing the grader, or the process their case was forked from; the sandboxed memory hog) have runs
+of their own. A run has one worker where an attack counts on it (files or a listener that one
+worker's cases share; no orphaned worker grading on after its grader is killed); elsewhere the
+command line's default.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.sandbox_harness import (PRIVATE_SEED, SANDBOX, TASKS, Attacks, Run,  # noqa: F401
-                             _one_matplotlib_cache, ptrace_restricted, sha, snapshot,
-                             all_refund, all_ship, attack, end_leftovers, grading, headline,
-                             needs_sandbox, private_ids, rarest_order_value)
+from tests.sandbox.sandbox_harness import (  # noqa: F401
+    PRIVATE_SEED, SANDBOX, TASKS, Attacks, Run, _one_matplotlib_cache, ptrace_restricted, sha,
+    snapshot, all_refund, all_ship, attack, end_leftovers, grading, headline, needs_sandbox,
+    private_ids, rarest_order_value)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """The host owns the protocol, and nothing of a case reaches the next: the red-team attacks of
-`tests/sandbox/redteam/os_channel.py`, `os_metadata.py`, `os_daemon.py` and `os_overrun.py`, through the
-command line, with the sandbox on (each finds nothing, or is refused with a message naming the
-policy) and, where the attack is on the sandbox rather than on the protocol, off (each works, so
-the test can fail). The harness (`attack`, `headline`, the sandbox's skip-or-fail) is
+`tests/sandbox/redteam/os_channel.py`, `os_metadata.py`, `os_daemon.py` and `os_overrun.py`,
+through the command line, with the sandbox on (each finds nothing, or is refused with a message
+naming the policy) and, where the attack is on the sandbox rather than on the protocol, off (each
+works, so the test can fail). The harness (`attack`, `headline`, the sandbox's skip-or-fail) is
 `tests/sandbox/sandbox_harness.py`.
 """
 
@@ -14,8 +14,8 @@ import secrets
 
 import pytest
 
-from tests.sandbox.sandbox_harness import (SANDBOX, TASKS, _one_matplotlib_cache, all_refund,  # noqa: F401
-                             attack, end_leftovers, grading, headline)
+from tests.sandbox.sandbox_harness import (  # noqa: F401
+    SANDBOX, TASKS, _one_matplotlib_cache, all_refund, attack, end_leftovers, grading, headline)
 
 
 OURS = re.compile(r'File "[^"]*/(agents|eval|finality_gym)/')  # a traceback of the project's

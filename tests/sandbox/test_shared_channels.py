@@ -1,9 +1,9 @@
 """What every case shares without being given it (issue 41, classes 2 and 3): a shared mapping
-the fork server held when it forked them (`tests/sandbox/redteam/os_shared_map.py`), and the machine's
-page cache of the files they all read (`tests/sandbox/redteam/os_page_cache.py`), through the command
-line, sandboxed (each finds nothing, or is refused naming the policy) and not (each works, so
-the test can fail); and the seccomp filters' verdicts on the page cache's calls, argument by
-argument, on both architectures. The harness is `tests/sandbox/sandbox_harness.py`.
+the fork server held when it forked them (`tests/sandbox/redteam/os_shared_map.py`), and the
+machine's page cache of the files they all read (`tests/sandbox/redteam/os_page_cache.py`), through
+the command line, sandboxed (each finds nothing, or is refused naming the policy) and not (each
+works, so the test can fail); and the seccomp filters' verdicts on the page cache's calls, argument
+by argument, on both architectures. The harness is `tests/sandbox/sandbox_harness.py`.
 
 The page cache's medium is a file in the attacks' own package (`medium`), which every case of
 every entry graded from it reads; each grading gets slots of its own, in a block of it no other
@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.sandbox_harness import (PLACEHOLDER, REDTEAM, ROOT, SANDBOX, TASKS,  # noqa: F401
-                             _one_matplotlib_cache, all_refund, attack, grading, headline)
+from tests.sandbox.sandbox_harness import (  # noqa: F401
+    PLACEHOLDER, REDTEAM, ROOT, SANDBOX, TASKS, _one_matplotlib_cache, all_refund, attack, grading,
+    headline)
 
 CALLS = ("mincore", "cachestat", "preadv2", "fadvise64", "madvise", "getrusage", "io_setup")
 SLOTS, SPACING = 16, 1 << 17  # as tests/sandbox/redteam/os_page_cache.py reads them (and a spare)

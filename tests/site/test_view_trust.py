@@ -25,7 +25,7 @@ import eval.site.view as view
 from eval.grading.runfolder import read_rows, seal
 from finality_gym import load_corpus
 
-from tests.site.test_view import Recorder, dom, url  # skips this module too where chromium is missing
+from tests.site.test_view import Recorder, dom, url  # skips this module too without chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = ("react", "finality_gate")

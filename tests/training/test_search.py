@@ -1,5 +1,6 @@
 """`python -m train search`: a short search over algorithms, judged on validation alone (the
-runs are real SB3 training at a tiny size; tests/training/test_sweep.py covers resuming a killed run)."""
+runs are real SB3 training at a tiny size; tests/training/test_sweep.py covers resuming a killed
+run)."""
 
 import json
 from pathlib import Path

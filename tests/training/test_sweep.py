@@ -1,6 +1,6 @@
 """`python -m train sweep` with the local backend: layout, aggregate, resume, reproducibility,
-Ctrl-C and a killed sweep. (The Ray backend is in tests/grading/test_ray.py; this module never imports
-Ray.)"""
+Ctrl-C and a killed sweep. (The Ray backend is in tests/grading/test_ray.py; this module never
+imports Ray.)"""
 
 import json
 import os

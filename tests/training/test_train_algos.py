@@ -29,8 +29,8 @@ TINY = {
 }
 
 
-# One seed each (the aggregate of several is tests/training/test_sweep.py's): what is tested here is each
-# algorithm's layout, grading and resume, and the CI's time is short.
+# One seed each (the aggregate of several is tests/training/test_sweep.py's): what is tested here
+# is each algorithm's layout, grading and resume, and the CI's time is short.
 SEEDS = {"dqn": [0], "recurrent_ppo": [0]}
 
 

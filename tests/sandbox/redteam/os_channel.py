@@ -8,7 +8,8 @@ every case: a descriptor that reads from a pipe (the grader's messages came down
 own channel is now a socket to the host, its standard error a pipe it may only write). It ships
 when it finds one, refunds when not.
 
-The test (tests/sandbox/test_sandbox.py) copies this file beside its run; there is nothing to bake in.
+The test (tests/sandbox/test_sandbox.py) copies this file beside its run; there is nothing to bake
+in.
 """
 
 import fcntl

@@ -6,8 +6,8 @@ across chunks of work, the count would tell a case which chunk, and so which job
 (the job order is public). Every case's first call is a wait of as many ticks as its count, so
 the test can read the counts from the rows; then it refunds.
 
-The test (tests/sandbox/test_sandbox_protocol.py) copies this file beside its run; there is nothing to
-bake in.
+The test (tests/sandbox/test_sandbox_protocol.py) copies this file beside its run; there is nothing
+to bake in.
 """
 
 import os

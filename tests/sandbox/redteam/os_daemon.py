@@ -9,9 +9,9 @@ shares one network namespace and reaches it. A case that gets an answer ships, o
 refunds; a case played while the server runs is one of many that a process can number (with the
 job order, that narrows down the task; a twin pair's halves can be paired).
 
-The test (tests/sandbox/test_sandbox.py) copies this file beside its run and bakes `TOKEN` (the socket's
-name part), `MODE` (`IMPORT` or `AT_FORK`), `PIDS` (a file the server writes its pid to) and
-`LIFE` (seconds the server lives) into `CONFIG`.
+The test (tests/sandbox/test_sandbox.py) copies this file beside its run and bakes `TOKEN` (the
+socket's name part), `MODE` (`IMPORT` or `AT_FORK`), `PIDS` (a file the server writes its pid to)
+and `LIFE` (seconds the server lives) into `CONFIG`.
 """
 
 import os

@@ -6,8 +6,8 @@
   to stop at until the end: a protocol line past the cap is an error naming the policy, never a
   line buffered whole.
 
-The test (tests/sandbox/test_sandbox_protocol.py) copies this file beside its run and bakes `MIB` into
-`CONFIG`.
+The test (tests/sandbox/test_sandbox_protocol.py) copies this file beside its run and bakes `MIB`
+into `CONFIG`.
 """
 
 import sys

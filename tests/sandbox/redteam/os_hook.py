@@ -2,15 +2,15 @@
 
 The fork server runs the policy's code: a hook its import registers runs there before every
 fork, after the import was checked. This one (written by an outside red team against the first
-version of the host) rewrites the case's seccomp filter in the memory of `agents.sandbox.isolation` to
-allow sockets, and binds an abstract socket in the fork server; before each fork it drains what
+version of the host) rewrites the case's seccomp filter in the memory of `agents.sandbox.isolation`
+to allow sockets, and binds an abstract socket in the fork server; before each fork it drains what
 earlier cases sent there, so each case is forked holding every earlier case's brief and first
 tool result. A case that inherits anything ships, one that does not refunds. What stops it is
 kernel state the policy's code cannot change: the fork server's own filter, taken before the
 import (no bind, no listen), and the host's checks of each case from /proc.
 
-The test (tests/sandbox/test_sandbox_protocol.py) copies this file beside its run; there is nothing to
-bake in.
+The test (tests/sandbox/test_sandbox_protocol.py) copies this file beside its run; there is nothing
+to bake in.
 """
 
 import json
@@ -29,7 +29,8 @@ ADDRESS = "\0finality-redteam-" + secrets.token_hex(6)
 
 
 def _before() -> None:
-    box, filters = sys.modules.get("agents.sandbox.isolation"), sys.modules.get("agents.sandbox.seccomp")
+    box = sys.modules.get("agents.sandbox.isolation")
+    filters = sys.modules.get("agents.sandbox.seccomp")
     if box is not None and box._PREPARED and not STATE.get("patched"):
         allowed = tuple(name for name in filters.DENIED if name != "socket")
         box._PREPARED["case"] = box._filter(filters.seccomp_program(platform.machine(), allowed))

@@ -10,8 +10,8 @@ marks an earlier case left (the scratch folder's times set to `MARK`, an extende
 whose length encodes that file's inode number (`1 + inode % 97` ticks), so the test can see
 whether the numbers count; then it ships when it found a mark, refunds when not.
 
-The test (tests/sandbox/test_sandbox.py) copies this file beside its run and bakes `PLACE` (a folder of
-its own, the scratch folder of the unsandboxed run) into `CONFIG`.
+The test (tests/sandbox/test_sandbox.py) copies this file beside its run and bakes `PLACE` (a
+folder of its own, the scratch folder of the unsandboxed run) into `CONFIG`.
 """
 
 import os

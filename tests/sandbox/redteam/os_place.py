@@ -9,8 +9,8 @@ consecutive slices of the job order (public: policy, task, seed in corpus order)
 name the jobs a case can be: this policy escalates in the cases that count themselves in chunk
 `CONFIG["CHUNK_INDEX"]` and refunds in the others, so the rows show which jobs it found.
 
-The test (tests/sandbox/test_private_leaks.py) copies this file beside its run with CHUNK (the grader's
-chunk size) and CHUNK_INDEX baked in.
+The test (tests/sandbox/test_private_leaks.py) copies this file beside its run with CHUNK (the
+grader's chunk size) and CHUNK_INDEX baked in.
 """
 
 import os

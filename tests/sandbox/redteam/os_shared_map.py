@@ -8,8 +8,8 @@ each case makes it writable, reads the count of the cases before it and adds one
 red team counted 148 of 150 cases this way). A case that finds a count ships, one that does not
 refunds.
 
-The test (tests/sandbox/test_shared_channels.py) copies this file beside its run and bakes `MODE` into
-`CONFIG`.
+The test (tests/sandbox/test_shared_channels.py) copies this file beside its run and bakes `MODE`
+into `CONFIG`.
 """
 
 import ctypes

@@ -3,8 +3,8 @@
 - `KillParent`: `SIGKILL` to the process the case was forked from (`os.getppid()`: unsandboxed,
   the policy's host or the process of the host's that forks its cases), and first to the host
   above it, if the parent is not the host itself (the topmost process up from the parent running
-  `agents.sandbox.host`, found through `/proc`: the host, which speaks to the grader, would otherwise
-  tell it at once that its case's parent died, before this case could say that its kill
+  `agents.sandbox.host`, found through `/proc`: the host, which speaks to the grader, would
+  otherwise tell it at once that its case's parent died, before this case could say that its kill
   worked). It worked if the parent is gone afterwards (this process was handed to another
   parent); a signal the kernel accepts but drops (to the init of a pid namespace) did not work.
   A parent id of 0 (a parent outside this process's pid namespace) is not signalled: that would
@@ -28,7 +28,7 @@ CONFIG: dict = {}  # the test bakes its values in here
 
 
 def host_above(pid: int) -> int | None:
-    """The topmost process from `pid` up that runs the policy's host (`-m agents.sandbox.host`), or
+    """The topmost process from `pid` up that runs the policy's host (`agents.sandbox.host`), or
     None: none of them can be seen."""
     found = None
     while pid > 1:
