@@ -14,7 +14,7 @@ WORKERS ?= 2
 # The nine scripted policies, as agents/registry.py's HEADLINE lists them (asked when a recipe runs).
 NINE = $$($(PY) -c 'from agents.registry import HEADLINE; print(",".join(HEADLINE))')
 
-.PHONY: run test bench grade-models board clean system
+.PHONY: run test bench grade-models board clean system verifiers
 
 # The operating-system sandbox of outside policies needs bubblewrap (`bwrap`), and the results
 # site's tests a browser (Debian's `chromium`, run headless). Installed here where missing and we
@@ -40,13 +40,34 @@ $(ALL_STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[eval,train,model,ray,inspect,onnx,toolkits,dev]"
 	touch $@ $(EVAL_STAMP)
 
+# The benchmark as a `verifiers` environment (`eval/models/hub/`, id `finality-gym-env`) lives in a
+# venv of its own: verifiers pins an openai client older than constraints.txt's, so it is never
+# installed into .venv, and this one takes no pins of ours (no -c constraints.txt). It holds
+# verifiers, finality-gym with the extras the grader imports, the environment package and pytest;
+# agents/ and eval/ run from the repository root, which a .pth file puts on its path (as running
+# from the root does for .venv). `make run` never builds it; `make test` does, to run its test.
+VF_VENV := .venv-verifiers
+VF_PY := $(VF_VENV)/bin/python
+VF_STAMP := $(VF_VENV)/.installed
+
+$(VF_STAMP): pyproject.toml eval/models/hub/pyproject.toml
+	$(PYTHON) -m venv $(VF_VENV)
+	$(VF_PY) -m pip install --quiet --upgrade pip
+	$(VF_PY) -m pip install --quiet "verifiers>=0.4,<0.5" -e ".[eval,model,dev]" -e eval/models/hub
+	$(VF_PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], \
+	  "finality_gym_repository.pth").write_text(str(pathlib.Path.cwd()) + "\n")'
+	touch $@
+
+verifiers: $(VF_STAMP)  ## .venv-verifiers: verifiers and the finality-gym-env environment
+
 run: $(EVAL_STAMP)  ## the main job: the headline evaluation
 	$(PY) -m eval headline --workers $(WORKERS) --out results/headline
 
 # One worker runs each test file whole (`--dist loadfile`): a module-scoped fixture (a trained
 # sweep, a graded attack run) is then made once, not once per worker that runs one of its tests.
-test: $(ALL_STAMP) system  ## the whole test suite
+test: $(ALL_STAMP) $(VF_STAMP) system  ## the whole test suite (the verifiers env's in its venv)
 	$(PY) -m pytest -n $(WORKERS) --dist loadfile tests
+	$(VF_PY) -m pytest tests/model/test_verifiers_env.py
 
 bench: $(EVAL_STAMP)  ## the speed benchmarks of the README
 	$(PY) benchmarks/engine.py
@@ -78,4 +99,4 @@ board: $(ALL_STAMP)  ## the leaderboard of the shipped baselines (README's scree
 	$(PY) -m eval leaderboard $(BOARD)/board --out $(BOARD)/site
 
 clean:
-	rm -rf $(VENV) results .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VF_VENV) results .pytest_cache .hypothesis

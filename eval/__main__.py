@@ -50,6 +50,8 @@ COMMANDS = {
              "every graded episode of results folders, as a static site (or --serve it)"),
     "import-inspect": ("eval.models.import_inspect",
                        "an inspect_ai log of eval/inspect_task.py as a model-arm results folder"),
+    "import-verifiers": ("eval.models.import_verifiers",
+                         "a vf-eval run of the finality-gym-env environment as a model-arm folder"),
     "submit": ("eval.board.submit",
                "a policy as a submission bundle for a leaderboard (one file, hashed)"),
     "verify": ("eval.board.verify",
@@ -62,7 +64,7 @@ COMMANDS = {
 
 
 def parser() -> argparse.ArgumentParser:
-    listing = "\n".join(f"    {name:<15}{text}" for name, (_, text) in COMMANDS.items())
+    listing = "\n".join(f"    {name:<17}{text}" for name, (_, text) in COMMANDS.items())
     top = argparse.ArgumentParser(prog="python -m eval", description=f"{__doc__}\n{listing}",
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="command", required=True)

@@ -9,7 +9,8 @@ returns a result with an `error` field and spends its call and ticks, as docs/wo
 Probe arms (`probe=`): `full` (docs/world.md section 5); `none` (every probe refused); `delayed` (answers as of 120
 ticks ago); `rate_limited` (at most 2 answered probes per episode, later ones refused);
 `identity` (confirms that each capture operation exists and was submitted, never its outcome).
-A refused probe costs its call and its 5 ticks.
+A refused probe costs its call and its 5 ticks. `guard=True` puts the guard (`guard.py`) in front
+of the irreversible calls: one the agent's evidence does not support is refused the same way.
 
 Choices where the rules are silent: a lapse (budget spent or horizon reached) is recorded as disposition
 `close` with `lapsed=True`; `premature` counts an irreversible action (the five dispositions,
@@ -22,6 +23,7 @@ from typing import NamedTuple, get_args, get_type_hints
 
 from .economics import DEFAULT_COSTS, Costs, Outcome, Position, outcome_of, price
 from .faults import FAMILIES, FaultProfile
+from .guard import refusal
 from .oracle import reference_position
 from .records import check_keys
 from .replicas import BANK, ERP, LEDGER, PROCESSOR, Replicas
@@ -108,10 +110,10 @@ _RECORD_TYPES = {name: get_args(hint) or (hint,)
 class Episode:
     __slots__ = ("task", "seed", "faults", "probe", "costs", "world", "now", "calls_used",
                  "done", "disposition", "lapsed", "premature", "probes_answered", "history",
-                 "_replicas", "_record")
+                 "guard", "_replicas", "_record")
 
     def __init__(self, task: Task, seed: int = 0, faults: FaultProfile | None = None,
-                 probe: str = "full", costs: Costs | None = None):
+                 probe: str = "full", costs: Costs | None = None, guard: bool = False):
         if not isinstance(task, Task):
             raise TypeError(f"task must be a finality_gym Task, got {type(task).__name__}")
         if type(seed) is not int or seed < 0:
@@ -127,6 +129,9 @@ class Episode:
         self.faults = _DEFAULT_FAULTS if faults is None else faults
         self.probe = probe
         self.costs = DEFAULT_COSTS if costs is None else costs
+        if type(guard) is not bool:
+            raise ValueError(f"guard must be True or False, got {guard!r}")
+        self.guard = guard
         self.world = World(task)
         self.now = HANDOVER_AT
         self.calls_used = 0
@@ -147,7 +152,11 @@ class Episode:
         ticks = check_call(tool, args)
         t = self.now
         system = READ_SYSTEM.get(tool)
-        if system is not None:
+        refused = self.guard and refusal(tool, args, self.history, t, self.calls_used,
+                                         PROBE_DELAY if self.probe == "delayed" else 0)
+        if refused:
+            result = {"error": refused}
+        elif system is not None:
             self.world.advance(t)
             if self._replicas is None:
                 self._replicas = Replicas(self.world, self.task, self.seed, self.faults)
@@ -255,13 +264,13 @@ _ARGUMENT = {"wait": "ticks", "retry_capture": "key"}
 
 
 def replay(task: Task, seed: int, calls: list, lapsed: bool, faults: FaultProfile | None = None,
-           probe: str = "full", costs: Costs | None = None) -> Episode:
+           probe: str = "full", costs: Costs | None = None, guard: bool = False) -> Episode:
     """The ended episode that a policy played, rebuilt by the engine from its recorded calls
     (`compact_calls`), without the policy: every call is made again at the time recorded, and an
     episode that lapsed without running out of calls or time (a harness ended it) is lapsed at
     its last time. Raises ValueError naming the first call that does not replay (a record of
     another task, seed or world)."""
-    episode = Episode(task, seed=seed, faults=faults, probe=probe, costs=costs)
+    episode = Episode(task, seed=seed, faults=faults, probe=probe, costs=costs, guard=guard)
     for number, call in enumerate(calls):
         if (not isinstance(call, list) or len(call) not in (2, 3) or type(call[0]) is not int
                 or call[1] not in TOOLS or (len(call) == 3) != (call[1] in _ARGUMENT)):

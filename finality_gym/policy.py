@@ -120,9 +120,10 @@ def brief_for(task: Task, seed: int, probe: str) -> Brief:
 
 
 def play(policy: Policy, task: Task, seed: int, faults: FaultProfile | None = None,
-         probe: str = "full", costs: Costs | None = None) -> Episode:
-    """One episode of `policy` to its end; returns the ended `Episode` (to draw it, say)."""
-    episode = Episode(task, seed=seed, faults=faults, probe=probe, costs=costs)
+         probe: str = "full", costs: Costs | None = None, guard: bool = False) -> Episode:
+    """One episode of `policy` to its end (behind the guard, `guard.py`, if `guard`); returns
+    the ended `Episode` (to draw it, say)."""
+    episode = Episode(task, seed=seed, faults=faults, probe=probe, costs=costs, guard=guard)
     policy.reset(brief_for(task, seed, probe))
     if type(policy).privileged:
         policy.grant(Privilege(task.fate, task.t_det))
@@ -139,5 +140,6 @@ def play(policy: Policy, task: Task, seed: int, faults: FaultProfile | None = No
 
 
 def run_episode(policy: Policy, task: Task, seed: int, faults: FaultProfile | None = None,
-                probe: str = "full", costs: Costs | None = None) -> EpisodeRecord:
-    return play(policy, task, seed, faults, probe, costs).record()
+                probe: str = "full", costs: Costs | None = None,
+                guard: bool = False) -> EpisodeRecord:
+    return play(policy, task, seed, faults, probe, costs, guard).record()

@@ -6,7 +6,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".md", ".toml", ".txt")
-           and ".venv" not in p.parts and "results" not in p.parts and "runs" not in p.parts
+           and not any(part.startswith(".venv") for part in p.parts)  # .venv-verifiers too
+           and "results" not in p.parts and "runs" not in p.parts
            and p.name != "test_docs.py"]
 CITATION = re.compile(r"docs/world\.md`?\s+sections?\s+((?:\d+(?:\.\d+)?(?:,\s*|\s+and\s+|\s+to\s+)?)+)")
 

@@ -2,7 +2,8 @@
 endpoint acts through tool calls, one case per conversation.
 
 What the model sees (`prompt`): the system prompt of `agents/model/system.md` (the rules the
-agent is told; it names no tool to prefer), a first user message with the case brief as JSON
+agent is told; it names no tool to prefer; a regime of more or less authority adds a written
+procedure, `procedure.md`, and says it is enforced, `guarded.md`), a first user message with the case brief as JSON
 (never the seed), the twelve tools of `finality_gym.tools.TOOL_TABLE`, and each tool result as
 JSON. Each module's docstring says the rules of its part:
 
@@ -30,8 +31,8 @@ from .endpoint import REPLACEMENTS, TRANSIENT_STATUS, ChatEndpoint, Endpoint, re
 from .errors import (BudgetSpent, ConfigurationError, ContextOverflow, InfrastructureError,
                      UnreadableReply, context_overflow)
 from .policy import OUTPUT_ONLY, ModelPolicy, returned
-from .prompt import (PREFLIGHT, PROMPT_FILE, REMINDER, brief_message, prompt_hash, result_content,
-                     system_prompt)
+from .prompt import (PREFLIGHT, PROMPT_FILE, REGIMES, REMINDER, brief_message, prompt_hash,
+                     result_content, system_prompt)
 from .replies import (MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, MAX_BODY_DEPTH, MAX_TOOL_NAME,
                       MAX_USAGE, check_reply, json_depth, parse_arguments, parse_call, read_body,
                       usage_of)
@@ -41,7 +42,7 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES", "DEFAULT_MAX_TRANSCRIPT_BYTES", "Endpoint", "InfrastructureError",
     "MAX_ARGUMENT_BYTES", "MAX_ARGUMENT_DEPTH", "MAX_BODY_DEPTH", "MAX_TOOL_NAME", "MAX_USAGE",
     "ModelConfig", "ModelPolicy", "OUTPUT_ONLY", "OWN_FIELDS", "PREFLIGHT", "PROMPT_FILE",
-    "REMINDER", "REPLACEMENTS", "TRANSIENT_STATUS", "UnreadableReply", "brief_message",
+    "REGIMES", "REMINDER", "REPLACEMENTS", "TRANSIENT_STATUS", "UnreadableReply", "brief_message",
     "check_reply", "context_overflow", "json_depth", "parse_arguments", "parse_call",
     "prompt_hash", "read_body", "refused_field", "result_content", "returned", "system_prompt",
     "usage_of",

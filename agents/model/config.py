@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
+from .prompt import REGIMES
 
 DEFAULT_MAX_RESPONSE_BYTES = 8 << 20     # 8 MiB a response: some 2,000 1,024-token answers
 DEFAULT_MAX_TRANSCRIPT_BYTES = 64 << 20  # 64 MiB an episode's transcript (tests': <= 17 KB)
@@ -42,10 +43,13 @@ class ModelConfig:
     price_in: float | None = None   # dollars per million prompt tokens
     price_out: float | None = None  # dollars per million completion tokens (reasoning included)
     max_cost: float | None = None   # dollars: no episode starts once the run has spent this
+    regime: str = "open"            # the authority the model has (`prompt.REGIMES`)
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("model: name the model to call")
+        if self.regime not in REGIMES:
+            raise ValueError(f"regime: unknown {self.regime!r}; valid: {', '.join(REGIMES)}")
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
         if not 0.0 <= self.temperature <= 2.0:

@@ -151,8 +151,9 @@ class Endpoint(ChatEndpoint):
         for _ in range(len(self.params) + 1):
             small = {key: 8 if key in ("max_tokens", "max_completion_tokens") else value
                      for key, value in self.params.items()}
+            system = system_prompt(self.config.regime)
             request = {"model": self.config.model, "tools": chat_tools(), "tool_choice": "auto",
-                       **small, "messages": [{"role": "system", "content": system_prompt()},
+                       **small, "messages": [{"role": "system", "content": system},
                                              {"role": "user", "content": PREFLIGHT}]}
             try:
                 body, *_ = self.complete(request, random.Random(0), retries=min(

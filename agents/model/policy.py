@@ -71,7 +71,7 @@ class ModelPolicy(Policy):
         return {**self.counts, "agent_status": self.status}
 
     def plan(self):
-        messages = [{"role": "system", "content": system_prompt()},
+        messages = [{"role": "system", "content": system_prompt(self.config.regime)},
                     {"role": "user", "content": brief_message(self.brief)}]
         while True:
             message = self._chat(messages)

@@ -64,6 +64,8 @@ class RunConfig:
     # A verified bundle's rows name the spec as the bundle does (`my_policy.py:Agent`), while
     # the grader loads it from where the board extracted it (an absolute path).
     names: tuple[str, ...] | None = None
+    # Every episode behind the guard (finality_gym/guard.py): the model arm's `guarded` regime.
+    guard: bool = False
 
     def __post_init__(self) -> None:
         if (self.split == PRIVATE) != (self.master_seed is not None):
@@ -104,11 +106,12 @@ class RunConfig:
     def manifest(self) -> dict:
         """The part a resumed run must share with the original (the policies may differ); the
         unpickling loader is recorded only where it was used (older folders resume as they
-        were)."""
+        were); so is the guard."""
         return {"split": self.split, "fingerprint": self.corpus.fingerprint,
                 "seeds": list(self.seeds), "probe": self.probe, "faults": self.faults.to_dict(),
                 "costs": self.costs.to_dict(), "tasks": None if self.tasks is None else list(self.tasks),
-                **({"trust_pickles": True} if self.trust_pickles else {})}
+                **({"trust_pickles": True} if self.trust_pickles else {}),
+                **({"guard": True} if self.guard else {})}
 
     def cases(self) -> list[tuple[str, int]]:
         """Every (task id, seed) each policy of the run is graded on."""
@@ -151,7 +154,7 @@ def grade_row(policy: Policy, name: str, task: Task, seed: int, config: RunConfi
     made (`finality_gym.episode.compact_calls`), from which the engine rebuilds the episode that
     was graded (`replay`) to show it."""
     episode = play(policy, task, seed, faults=config.faults, probe=config.probe,
-                   costs=config.costs)
+                   costs=config.costs, guard=config.guard)
     if isinstance(policy, ExternalPolicy):
         policy.finish()  # the host ends the case; one that sent past its end fails here
     record = episode.record()

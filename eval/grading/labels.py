@@ -6,12 +6,19 @@ reference lost on), `lapsed` (the case timed out), `escalated` (paid the special
 (goods left and more than the order value collected), `held_unshipped` (money kept on an
 unshipped order: a dispute waiting to happen), `false_refusal` (nothing shipped and nothing
 held, where the reference sold).
+
+Two kinds of failure are kept apart (the authority curve's, `eval/models/regimes.py`, and the
+verifiers environment's metrics): `MONEY_LOSS`, the agent released what it should have held
+(goods out unpaid, a card charged twice), and `REVENUE_LOSS`, it held what it should have
+released (a refused sale, money kept on an unshipped order).
 """
 
 from __future__ import annotations
 
 LABELS = ("exact", "beat_reference", "lapsed", "escalated", "shipped_unpaid", "double_charge",
           "held_unshipped", "false_refusal")
+MONEY_LOSS = ("shipped_unpaid", "double_charge")
+REVENUE_LOSS = ("false_refusal", "held_unshipped")
 
 
 def failure_label(record) -> str:

@@ -184,11 +184,19 @@ def read_rows(path: Path) -> list[dict]:
     return rows_of(data[:end], path)
 
 
+def json_lines(data: bytes) -> list[bytes]:
+    """The complete lines of a JSON-lines file's bytes, split on newlines alone (a JSON text
+    may hold a raw U+2028, U+2029 or U+0085, which `str.splitlines` splits on, and a carriage
+    return as whitespace, which `bytes.splitlines` splits on); a torn last line (no newline
+    after it) is left out."""
+    return data[:data.rfind(b"\n") + 1].split(b"\n")[:-1]
+
+
 def rows_of(data: bytes, path: Path) -> list[dict]:
     """The verified rows of an episodes file's bytes, read by the caller (the results site reads
     them without following a link), `path` named in errors; a torn last line is left out."""
     rows = []
-    for number, line in enumerate(data[:data.rfind(b"\n") + 1].splitlines(), 1):
+    for number, line in enumerate(json_lines(data), 1):
         try:
             row = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -41,14 +41,20 @@ from agents.registry import GATE, HEADLINE
 from finality_gym import Corpus, load_corpus
 from finality_gym.tools import tools_hash
 
+import eval.grading.runfolder as runfolder
 from eval.grading.grader import MAX_WORKERS, RunConfig, Threads, grade
-from eval.grading.runfolder import SUMMARY, TRANSCRIPTS, read_rows, transcript_name, write_atomic
+from eval.grading.runfolder import (SUMMARY, TRANSCRIPTS, json_lines, read_rows, transcript_name,
+                                    write_atomic)
 from eval.reports.figures import save_figure, subplots
 from eval.reports.format import interval, md_name, money, share, table
 from eval.reports.report import report_markdown
 from eval.stats.summary import summarize
 
 SUBSET_SINGLETONS = 4      # per archetype
+REGIME_WORDS = {"open": " (the model decides)",
+                "procedure": " (a written operating procedure in the prompt)",
+                "guarded": " (every episode behind the guard, finality_gym/guard.py: an "
+                           "irreversible call the evidence does not support is refused)"}
 SUBSET_PENDING_PAIRS = 4   # pending_settle / pending_fail twin pairs
 SUBSET_UNRESOLVABLE_PAIRS = 2
 
@@ -79,13 +85,14 @@ def stratified_subset(split: str | Corpus) -> tuple[str, ...]:
 
 
 def run_config(config: ModelConfig, split: str, subset: str, seeds: int, probe: str) -> RunConfig:
+    """The model's cases; the `guarded` regime plays every episode behind the guard."""
     if subset not in ("stratified", "all"):
         raise ValueError(f"subset must be 'stratified' or 'all', got {subset!r}")
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     tasks = stratified_subset(split) if subset == "stratified" else None
     return RunConfig((f"model:{config.model}",), split=split, seeds=tuple(range(seeds)),
-                     probe=probe, tasks=tasks)
+                     probe=probe, tasks=tasks, guard=config.regime == "guarded")
 
 
 def manifest_fields(config: ModelConfig, sent: dict | None = None,
@@ -94,8 +101,11 @@ def manifest_fields(config: ModelConfig, sent: dict | None = None,
     sampling settings and caps (`--param`, `--no-param` included), exactly what every request
     carried besides the conversation (`sent`: the preflight's adaptation of them, `learned`:
     why), and the hashes of the system prompt and the tool table; not the endpoint, the key's
-    variable or the retry schedule, which decide no row."""
+    variable or the retry schedule, which decide no row. The regime is pinned where it is not
+    `open` (a folder from before regimes resumes as it was; the prompt's hash pins it too)."""
     data = asdict(config)
+    if data["regime"] == "open":
+        del data["regime"]
     for name in ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s",
                  "backoff_max_s", "max_cost",  # a larger budget may complete a run
                  "max_response_bytes", "max_transcript_bytes"):  # and so may larger caps
@@ -103,7 +113,8 @@ def manifest_fields(config: ModelConfig, sent: dict | None = None,
     data["params"] = {key: json.loads(text) for key, text in config.params}
     data["no_params"] = list(config.no_params)
     return {**data, "sent": config.request_params() if sent is None else sent,
-            "learned": learned or [], "prompt_sha": prompt_hash(), "tools_sha": tools_hash()}
+            "learned": learned or [], "prompt_sha": prompt_hash(config.regime),
+            "tools_sha": tools_hash()}
 
 
 def pinned_model(out: Path) -> dict | None:
@@ -119,7 +130,7 @@ def read_transcript(path: Path) -> list[dict]:
     out)."""
     data = path.read_bytes()
     lines = []
-    for number, line in enumerate(data[:data.rfind(b"\n") + 1].splitlines(), 1):
+    for number, line in enumerate(json_lines(data), 1):
         try:
             lines.append(json.loads(line))
         except json.JSONDecodeError as exc:
@@ -304,6 +315,34 @@ def finish(out: Path, rows: list[dict], rc: RunConfig, model: dict, workers: int
     return summary
 
 
+def write_imported(out: Path, rows: list[dict], rc: RunConfig, model: dict, pinned: dict,
+                   workers: int = 2) -> dict:
+    """An import's rows (an inspect log's, a vf-eval run's: `eval/models/import_*.py`) as a
+    self-reported model-arm folder: `run.json` pins the run's config and `pinned` (the model's
+    fields and the source's), the rows are sealed in the grader's job order (a folder holding
+    other rows is refused), then `finish` as for a run of the arm."""
+    runfolder.prepare(out)
+    with runfolder.lock(out):
+        runfolder.pin(out, {**rc.manifest(), **pinned})
+        path = out / runfolder.ROWS
+        existing = read_rows(path) if path.exists() else []
+        if existing and existing != rows:
+            raise ValueError(f"{out} already holds other rows of this model; import into "
+                             "another --out folder")
+        if not existing:
+            runfolder.write_atomic(path, "".join(runfolder.seal(r) + "\n" for r in rows))
+    return finish(out, rows, rc, model, workers, self_reported=True)
+
+
+def import_options(parser, source: str, what: str) -> None:
+    """The command line of an import: its source (`LOG`, `RUN_DIR`), `--out`, `--workers`."""
+    parser.add_argument(source.lower(), type=Path, metavar=source, help=what)
+    parser.add_argument("--out", type=Path, required=True, help="the results folder to write")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes for the scripted policies")
+    parser.set_defaults(no_progress=True)
+
+
 def _transcript_lines(out: Path):
     for path in sorted((out / "transcripts").glob("*.jsonl")):
         yield from read_transcript(path)
@@ -332,8 +371,9 @@ def model_report(summary: dict) -> str:
              f"{md_name(m['base_url'])}; every request carried "
              f"{md_name(json.dumps(m.get('sent', {}), sort_keys=True))} besides the "
              f"conversation, system prompt `{m['prompt_sha']}`, tools `{m['tools_sha']}`. Probe "
-             f"arm `{summary['probe']}`. The scripted policies are graded on exactly the "
-             f"episodes the model was.", "",
+             f"arm `{summary['probe']}`, regime `{m.get('regime', 'open')}`"
+             f"{REGIME_WORDS[m.get('regime', 'open')]}. The scripted policies are graded on "
+             f"exactly the episodes the model was (never behind the guard).", "",
              *[f"- The endpoint's terms, learned at preflight: {_learned(line)}." for line in
                m.get("learned", [])], *([""] if m.get("learned") else []),
              *_self_reported(summary), model_table(summary), "",
@@ -348,18 +388,23 @@ def model_report(summary: dict) -> str:
 
 
 def _self_reported(summary: dict) -> list[str]:
-    """The report's paragraph on an imported inspect log: what was checked, and what is the
-    log's own word."""
+    """The report's paragraph on an imported inspect log or verifiers run: what was checked, and
+    what is its own word."""
     if not summary.get("self_reported"):
         return []
     m = summary["model"]
     limit = m.get("limit")
-    cases = (f"; the log declares task arguments "
+    verifiers = m.get("via") == "verifiers"
+    cut = (f"vf-eval's `-n {limit}` (its first {limit} cases)" if verifiers else
+           f"inspect's `--limit {limit}` (its first {limit} samples)")
+    cases = (f"; the {'run' if verifiers else 'log'} declares "
+             f"{'taskset options' if verifiers else 'task arguments'} "
              f"{md_name(json.dumps(m.get('task_args', {}), sort_keys=True))}, "
-             f"{m.get('epochs', 1)} epoch(s)"
-             + (f" and inspect's `--limit {limit}` (its first {limit} samples)" if limit else "")
+             f"{m.get('epochs', 1)} epoch(s)" + (f" and {cut}" if limit else "")
              + ", and holds each of their cases once")
-    return [f"**Self-reported**: imported from an inspect_ai log (sha256 "
+    source = ("a `verifiers` run (vf-eval's traces, sha256" if verifiers
+              else "an inspect_ai log (sha256")
+    return [f"**Self-reported**: imported from {source} "
             f"`{m.get('log_sha256', '?')}`, task version {md_name(str(m.get('task_version')))}"
             f"{cases}); the calls were replayed by the engine and must match the logged "
             f"conversation, but the model was not re-run: an operator who needs a verified "

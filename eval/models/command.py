@@ -1,17 +1,19 @@
 """`python -m eval model`: a language model behind a Chat Completions endpoint, acting through tool
 calls, graded with the scripted policies beside it (`eval.models.arm` runs it; `agents.model` is
-the model's policy). Its options are the model's `ModelConfig`, field for field."""
+the model's policy). Its options are the model's `ModelConfig`, field for field; `--regimes`
+grades it under several regimes and draws the authority curve (`eval.models.regimes`)."""
 
 from __future__ import annotations
 
 import argparse
 import time
 
-from agents.model import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TRANSCRIPT_BYTES, ModelConfig
+from agents.model import (DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TRANSCRIPT_BYTES, REGIMES,
+                          ModelConfig)
 from finality_gym import PROBE_ARMS, SPLITS
 
 from eval.grading.options import finished, run_options
-from eval.models import arm
+from eval.models import arm, regimes
 
 
 def _param(text: str) -> tuple[str, str]:
@@ -35,6 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="48 stratified tasks (default) or the whole split")
     parser.add_argument("--probe", choices=list(PROBE_ARMS), default="full")
     parser.add_argument("--concurrency", type=int, default=1, help="episodes in flight (threads)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--regime", choices=list(REGIMES), default="open",
+                       help="the model's authority: open (it decides), procedure (a written "
+                            "operating procedure in the prompt), guarded (the guard refuses an "
+                            "irreversible call the evidence does not support); pinned in run.json")
+    which.add_argument("--regimes", default=None, metavar="R1,R2,...",
+                       help="grade under each regime (e.g. open,procedure,guarded) into "
+                            "OUT/REGIME on the same episodes, and draw the authority curve "
+                            "(OUT/curve.md, OUT/authority_curve.png)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--price-in", type=float, default=None,
                         help="dollars per million prompt tokens: each episode's cost in its row")
@@ -77,8 +88,12 @@ def main(args: argparse.Namespace) -> int:
                          price_out=args.price_out, max_cost=args.max_cost,
                          max_retries=args.max_retries,
                          max_response_bytes=args.max_response_bytes,
-                         max_transcript_bytes=args.max_transcript_bytes)
-    arm.run(args.out, config, split=args.split, subset=args.subset,
-            seeds=args.seeds, probe=args.probe, concurrency=args.concurrency,
-            workers=args.workers, progress=not args.no_progress, backend=args.backend)
+                         max_transcript_bytes=args.max_transcript_bytes, regime=args.regime)
+    options = dict(split=args.split, subset=args.subset, seeds=args.seeds, probe=args.probe,
+                   concurrency=args.concurrency, workers=args.workers,
+                   progress=not args.no_progress, backend=args.backend)
+    if args.regimes is not None:
+        regimes.run(args.out, config, regimes.parse_regimes(args.regimes), **options)
+    else:
+        arm.run(args.out, config, **options)
     return finished(args, started)

@@ -25,7 +25,11 @@ left untouched):
   those replies must be the logged one (system prompt, brief, every tool result, reminder and
   invalid-call answer). The row is then what that gives: a row whose calls are not its
   conversation's tool calls, or whose record, lapse, requests, invalid turns or status are not
-  what they give, is refused.
+  what they give, is refused, each value compared as JSON (`import_checks.same`: `false` is not
+  `0`, `120.0` not `120`); the row written is the replay's. A conversation that ends where the
+  case asks for another reply claims a context overflow (a lapse), which is refused on a
+  request shorter than one the log's model answered (`import_checks.check_overflows`: one model
+  behind one endpoint has one context window).
 - An errored sample (an infrastructure failure, never an agent's: run inspect again with
   `inspect eval-retry`), a log of another task, and a folder already holding another import are
   refused.
@@ -51,13 +55,12 @@ from pathlib import Path
 
 from agents.model import prompt_hash
 from finality_gym import load_corpus
-from finality_gym.episode import EpisodeRecord
 from finality_gym.tools import tools_hash
 
-import eval.grading.runfolder as runfolder
 from eval.grading.grader import MAX_SEEDS, RunConfig
-from eval.grading.runfolder import read_rows, seal
-from eval.models.arm import finish, model_table
+from eval.models.arm import import_options, model_table, write_imported
+from eval.models.import_checks import check_overflows, check_row, same
+from eval.models.import_checks import short as _short
 
 TASK = "finality"
 SCORER = "engine_record"
@@ -76,10 +79,6 @@ def _inspect():
                           ) from exc
     return read_eval_log, inspect_task
 
-
-def _short(value, limit: int = 100) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _same_message(logged, played) -> bool:
@@ -180,7 +179,7 @@ def _rows(log, log_path: Path, sha256: str, inspect_task) -> tuple[list[dict], d
     version = log.eval.task_version
     caps = {cap: args[cap] for cap in inspect_task.CAPS}
     seen: set = set()
-    rows = []
+    rows, requests = [], []
     for sample in samples:
         key = (sample.id, sample.epoch)
         where = f"sample {sample.id} epoch {sample.epoch}"
@@ -192,8 +191,11 @@ def _rows(log, log_path: Path, sha256: str, inspect_task) -> tuple[list[dict], d
             raise ValueError(f"{where} is not one of the {len(cases)} samples its task "
                              f"arguments and epochs ({epochs}) declare")
         declared_sample, seed = cases[key]
-        rows.append(_row(sample, declared_sample.metadata, seed, where, caps, version,
-                         inspect_task))
+        row, asked = _row(sample, declared_sample.metadata, seed, where, caps, version,
+                          inspect_task)
+        rows.append(row)
+        requests.append((f"sample {sample.id} (task {row['task_id']}, epoch {sample.epoch})",
+                         asked))
     missing = [key for key in cases if key not in seen]
     if missing:
         raise ValueError(
@@ -204,6 +206,7 @@ def _rows(log, log_path: Path, sha256: str, inspect_task) -> tuple[list[dict], d
             "import a log of every declared case")
     if not rows:
         raise ValueError("it holds no scored sample")
+    check_overflows(requests)
     task_ids = {r["task_id"] for r in rows}
     tasks = tuple(t.task_id for t in load_corpus(args["split"]).tasks if t.task_id in task_ids)
     seeds = tuple(sorted({r["seed"] for r in rows}))
@@ -218,10 +221,11 @@ def _rows(log, log_path: Path, sha256: str, inspect_task) -> tuple[list[dict], d
                   "tasks": tasks, "seeds": seeds}
 
 
-def _row(sample, meta: dict, seed: int, where: str, caps: dict, version, inspect_task) -> dict:
-    """The sample's row, checked: what its conversation gives, played again by the task."""
+def _row(sample, meta: dict, seed: int, where: str, caps: dict, version, inspect_task):
+    """The sample's row, checked: what its conversation gives, played again by the task (values
+    compared as JSON: `import_checks.same`), and the lengths of the requests it asked."""
     got = {k: (sample.metadata or {}).get(k) for k in meta}
-    if got != meta:
+    if not same(got, meta):
         raise ValueError(f"{where}'s metadata ({_short(got)}) is not the task's for that "
                          f"sample ({_short(meta)})")
     score = (sample.scores or {}).get(SCORER)
@@ -233,7 +237,7 @@ def _row(sample, meta: dict, seed: int, where: str, caps: dict, version, inspect
     if row.get("task_id") != task_id or row.get("probe") != probe:
         raise ValueError(f"{where}: its row is of task {_short(row.get('task_id'))} in probe "
                          f"arm {_short(row.get('probe'))}, its sample of {task_id} in {probe}")
-    if row.get("seed") != seed:
+    if not same(row.get("seed"), seed):
         raise ValueError(
             f"{where}: its row played seed {_short(row.get('seed'))}, but the task plays seed "
             f"{seed} for it (epoch {sample.epoch} of seed {meta['seed']}: eval/inspect_task.py "
@@ -253,7 +257,7 @@ def _row(sample, meta: dict, seed: int, where: str, caps: dict, version, inspect
                        input_tokens_cache_read=row["tokens_cached"])
     messages = _messages(sample, version)
     try:
-        derived, kept = inspect_task.replay_conversation(
+        derived, kept, requests = inspect_task.replay_conversation(
             messages, policy.removeprefix("model:"), meta["split"], task_id, seed, probe, caps,
             usage)
     except Exception as exc:  # the task's own code refused it: say where
@@ -267,24 +271,11 @@ def _row(sample, meta: dict, seed: int, where: str, caps: dict, version, inspect
                 f"{where}: its conversation is not the one the task keeps for its replies "
                 f"(message {number}: the log has {_said(logged)}, the task {_said(played)})")
     derived = json.loads(json.dumps(derived))
-    if derived["calls"] != row.get("calls"):
-        calls = row.get("calls") if isinstance(row.get("calls"), list) else []
-        first = next((i for i, (a, b) in enumerate(zip(calls, derived["calls"])) if a != b),
-                     min(len(calls), len(derived["calls"])))
-        at = lambda c: _short(c[first]) if first < len(c) else "nothing"  # noqa: E731
-        raise ValueError(
-            f"{where}: its row's calls are not the tool calls of its conversation ({len(calls)} "
-            f"calls in the row, {len(derived['calls'])} in the conversation; call {first}: the "
-            f"row has {at(calls)}, the conversation {at(derived['calls'])})")
-    differ = sorted(k for k in derived.keys() | row.keys() if derived.get(k) != row.get(k))
-    record = [k for k in differ if k in EpisodeRecord._fields]
-    if record:
-        raise ValueError(f"{where}: its row does not replay to its record ({', '.join(record)} "
-                         "differ): the log was edited or is not this engine's")
-    if differ:
-        raise ValueError(f"{where}: its row is not what its conversation gives ("
-                         f"{', '.join(map(_short, differ))} differ)")
-    return row
+    try:
+        check_row(derived, row, "log")
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return derived, requests  # the replay's row (the same JSON as the log's): written as made
 
 
 def run(log_path: Path, out: Path, workers: int = 2) -> dict:
@@ -305,30 +296,15 @@ def run(log_path: Path, out: Path, workers: int = 2) -> dict:
              "log": info["log"], **inspect, "sent": {},
              "learned": [], "prompt_sha": prompt_hash(), "tools_sha": tools_hash()}
     wanted = [by_job[job] for job in rc.jobs()]
-    runfolder.prepare(out)
-    with runfolder.lock(out):
-        runfolder.pin(out, {**rc.manifest(), "model": {k: model[k] for k in (
-            "name", "via", "prompt_sha", "tools_sha")}, "self_reported": True,
-            "inspect": inspect})
-        path = out / runfolder.ROWS
-        existing = read_rows(path) if path.exists() else []
-        if existing and existing != wanted:
-            raise ValueError(f"{out} already holds other rows of this model; import into "
-                             "another --out folder")
-        if not existing:
-            runfolder.write_atomic(path, "".join(seal(r) + "\n" for r in wanted))
-    summary = finish(out, wanted, rc, model, workers, self_reported=True)
+    pinned = {"model": {k: model[k] for k in ("name", "via", "prompt_sha", "tools_sha")},
+              "self_reported": True, "inspect": inspect}
+    summary = write_imported(out, wanted, rc, model, pinned, workers)
     print(model_table(summary))
     return summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("log", type=Path, metavar="LOG",
-                        help="an inspect log of eval/inspect_task.py (.eval or .json)")
-    parser.add_argument("--out", type=Path, required=True, help="the results folder to write")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="worker processes for the scripted policies")
-    parser.set_defaults(no_progress=True)
+    import_options(parser, "LOG", "an inspect log of eval/inspect_task.py (.eval or .json)")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -57,6 +57,7 @@ from finality_gym.tools import TOOL_TABLE
 
 from eval.grading.grader import RunConfig, grade_row
 from eval.models.arm import stratified_subset
+from eval.models.import_checks import Requests
 
 
 
@@ -179,11 +180,13 @@ class LoggedEndpoint(InspectEndpoint):
         super().__init__(None, None)
         self.logged = list(replies)
         self.usage = usage
+        self.requests = Requests()  # the lengths of the requests answered, and overflowed
 
     def complete(self, request: dict, rng, *,
                  room: int | None = None) -> tuple[dict, float, int, list]:
         self.place(request["messages"])
         turn = len(self.replies)
+        self.requests.asked(request["messages"], overflowed=turn == len(self.logged))
         if turn == len(self.logged):
             raise ContextOverflow("the logged conversation ends where the case asks for another "
                                   "reply")
@@ -204,13 +207,14 @@ def play_case(endpoint: InspectEndpoint, model: str, split: str, task_id: str, s
 
 
 def replay_conversation(messages: list, model: str, split: str, task_id: str, seed: int,
-                        probe: str, caps: dict, usage=None) -> tuple[dict, list]:
+                        probe: str, caps: dict, usage=None) -> tuple[dict, list, Requests]:
     """A logged sample's conversation played again by the task: its assistant messages are the
-    model's replies, in order; returns the graded row they give and the conversation the task
-    keeps for them (`state.messages`), for the log's to be compared with."""
+    model's replies, in order; returns the graded row they give, the conversation the task
+    keeps for them (`state.messages`), for the log's to be compared with, and the lengths of the
+    requests it asked (`eval.models.import_checks.check_overflows` compares them across a log)."""
     endpoint = LoggedEndpoint([m for m in messages if m.role == "assistant"], usage)
     row = play_case(endpoint, model, split, task_id, seed, probe, **caps)
-    return row, endpoint.conversation()
+    return row, endpoint.conversation(), endpoint.requests
 
 
 def episode_seed(seed: int, epoch: int, seeds: int) -> int:

@@ -17,9 +17,9 @@ NO_CALLS = ("this folder was graded before the grader recorded each episode's ca
 
 
 class World:
-    """How a run's episodes were played (its run.json's split, fault profile, costs and probe
-    arm), to rebuild them; a run of the private split is not rebuilt (its tasks need its master
-    seed). A fault profile or costs that are not one are refused (ValueError)."""
+    """How a run's episodes were played (its run.json's split, fault profile, costs, probe
+    arm and guard), to rebuild them; a run of the private split is not rebuilt (its tasks need
+    its master seed). A fault profile or costs that are not one are refused (ValueError)."""
 
     def __init__(self, manifest: dict):
         self.split = manifest.get("split", "public")
@@ -30,10 +30,12 @@ class World:
         costs = manifest.get("costs")
         self.costs = None if costs is None else Costs.from_dict(costs)
         self.probe = manifest.get("probe", "full")
+        self.guard = manifest.get("guard", False)
 
     def episode(self, row: dict) -> Episode:
         return replay(self.corpus.task(row["task_id"]), row["seed"], row["calls"],
-                      row["lapsed"], faults=self.faults, probe=self.probe, costs=self.costs)
+                      row["lapsed"], faults=self.faults, probe=self.probe, costs=self.costs,
+                      guard=self.guard)
 
 
 def replayed(world: World, row: dict) -> tuple[list | None, str]:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from agents.model import REMINDER
 
+from eval.grading.runfolder import json_lines
+
 
 def conversation(data: bytes, path: Path) -> dict:
     """The transcript file's bytes (read from `path`) as the page shows them."""
@@ -19,7 +21,7 @@ def _transcript(data: bytes, path: Path) -> list[dict]:
     """A transcript's complete lines (`model_arm.read_transcript`, of bytes read without
     following a link)."""
     lines = []
-    for number, line in enumerate(data[:data.rfind(b"\n") + 1].splitlines(), 1):
+    for number, line in enumerate(json_lines(data), 1):
         try:
             lines.append(json.loads(line))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

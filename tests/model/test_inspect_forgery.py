@@ -318,6 +318,60 @@ def test_the_logs_own_word_is_checked_where_it_can_be(logs, tmp_path):
         read_eval_log(str(logs["genuine"])))
 
 
+def test_the_rows_values_are_compared_as_json(logs, tmp_path):
+    """`false` is not `0` and `120.0` is not `120` (Python's `==` says they are): such a row
+    was sealed as logged, and the results folder's readers then failed on it."""
+    def row_edit(**fields):
+        def edit(log):
+            sample = log.samples[1]
+            row = sample.scores["engine_record"].metadata["row"]
+            set_row(sample, {**row, **{k: f(row[k]) for k, f in fields.items()}})
+        return edit
+
+    refused(forge(logs["genuine"], tmp_path, row_edit(seed=bool)), tmp_path,
+            "played seed false, but the task plays seed 0")
+    refused(forge(logs["genuine"], tmp_path, row_edit(lapsed=int)), tmp_path,
+            r"does not replay to its record \(lapsed differ\)")
+    refused(forge(logs["genuine"], tmp_path, row_edit(goods_left=int, escalated=int)), tmp_path,
+            r"does not replay to its record \(escalated, goods_left differ\)")
+    refused(forge(logs["genuine"], tmp_path, row_edit(calls=lambda calls: [
+        [float(c[0]), *c[1:]] for c in calls])), tmp_path,
+            "calls are not the tool calls of its conversation")
+
+
+def test_a_conversation_cut_short_and_relabelled_as_a_context_overflow_is_refused(
+        logs, tmp_path):
+    """A conversation cut after its first reply's tool results, read as a case its context
+    overflow ended there, its row made again by the task's own replay (a lapse): refused, as
+    the log's model answered longer requests (one model behind one endpoint has one window).
+    The genuine overflow log imports (`test_cases_a_context_overflow_ended_import...`)."""
+    from eval.models import inspect_task
+    from inspect_ai.model import ModelUsage
+
+    def cut_short(log):
+        sample = log.samples[2]
+        replies = [i for i, m in enumerate(sample.messages) if m.role == "assistant"]
+        sample.messages = sample.messages[:replies[1]]
+        row = sample.scores["engine_record"].metadata["row"]
+        usage = ModelUsage(input_tokens=row["tokens_in"], output_tokens=row["tokens_out"],
+                           total_tokens=row["tokens_in"] + row["tokens_out"],
+                           reasoning_tokens=row["tokens_reasoning"],
+                           input_tokens_cache_read=row["tokens_cached"])
+        args = log.eval.task_args
+        derived, _, _ = inspect_task.replay_conversation(
+            sample.messages, row["policy"].removeprefix("model:"), "public", row["task_id"],
+            row["seed"], row["probe"], {cap: args.get(cap, default) for cap, default in (
+                ("max_requests", 80), ("max_invalid_turns", 8), ("max_total_tokens", None))},
+            usage)
+        assert derived["agent_status"] == "context_overflow" and derived["lapsed"]
+        set_row(sample, json.loads(json.dumps(derived)))
+
+    message = refused(forge(logs["genuine"], tmp_path, cut_short), tmp_path,
+                      r"sample pub-.* \(task pub-.*, epoch 1\): it claims a context overflow on a "
+                      r"request of [\d,]+ characters, shorter than one its run's endpoint answered")
+    assert "larger context window" in message
+
+
 def test_an_edited_conversation_is_refused(logs, tmp_path):
     def first_call(log):
         sample = log.samples[0]
