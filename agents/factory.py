@@ -8,6 +8,8 @@ model` builds it (`agents/model/`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import scripted
 from .sandbox.external import ExternalPolicy
 from .registry import CLASSES
@@ -15,22 +17,33 @@ from .spec import ONNX, PolicySpec
 from finality_gym.policy import Policy
 
 
-def make_policy(spec: str | PolicySpec, sandbox: bool = True,
-                allow_pickle: bool = False) -> Policy:
+def make_policy(spec: str | PolicySpec, sandbox: bool = True, allow_pickle: bool = False,
+                probe: str | None = None) -> Policy:
     """The policy a spec names; an outside one runs in the operating-system sandbox unless
     `sandbox` is False (`agents/sandbox/`); a saved model is loaded as data unless
     `allow_pickle` is True, which runs the pickles inside its archive, in this process
-    (`agents/learned/policy.py`: for files one trusts)."""
+    (`agents/learned/policy.py`: for files one trusts).
+
+    `probe`, the arm the policy is about to be graded on, is checked here against what a model
+    says it was trained for (`agents/learned/trained_for.py`), once loaded: every command that
+    grades makes its policies here, so a model graded on an arm its metadata contradicts is
+    refused wherever it is graded, and one without metadata gets its note. None (a grader's
+    worker, whose run's main process checked the same file) checks nothing."""
     parsed = spec if isinstance(spec, PolicySpec) else PolicySpec.parse(spec)
     if parsed.kind == "outside":
         return ExternalPolicy(parsed, sandbox=sandbox)
-    if parsed.kind in ONNX:
-        from .learned.onnx_policy import load_onnx
-        return load_onnx(parsed.target, greedy=parsed.kind == "onnx-greedy")
-    if parsed.learned:
-        from .learned.policy import load_sb3
-        return load_sb3(parsed.target, greedy=parsed.kind.endswith("-greedy"),
-                        kind=parsed.kind.removesuffix("-greedy"), allow_pickle=allow_pickle)
+    if parsed.kind in ONNX or parsed.learned:
+        if parsed.kind in ONNX:
+            from .learned.onnx_policy import load_onnx
+            policy = load_onnx(parsed.target, greedy=parsed.kind == "onnx-greedy")
+        else:
+            from .learned.policy import load_sb3
+            policy = load_sb3(parsed.target, greedy=parsed.kind.endswith("-greedy"),
+                              kind=parsed.kind.removesuffix("-greedy"), allow_pickle=allow_pickle)
+        if probe is not None:
+            from .learned.trained_for import check_model
+            check_model(Path(parsed.target), parsed.kind in ONNX, probe, str(parsed))
+        return policy
     if parsed.kind == "model":
         raise ValueError(f"{parsed} is a language model: grade it with python -m eval model "
                          "--model NAME --base-url URL")

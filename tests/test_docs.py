@@ -112,3 +112,16 @@ def test_the_readme_baselines_table_is_the_one_its_sweep_folders_generate():
     sources = sources_in(README)
     assert sources and all((s / "summary.json").is_file() for s in sources)
     assert baselines_table(sources, README.parent) in README.read_text()
+
+
+def test_the_readmes_minimal_policy_runs_from_anywhere_and_prints_dollars(tmp_path):
+    """The README's policy file, as a reader saves it, run outside the repository: it imports
+    the installed package only, and prints its gap in dollars, as the prose around it speaks."""
+    import subprocess
+    import sys
+    code = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    (tmp_path / "my_policy.py").write_text(code)
+    done = subprocess.run([sys.executable, "my_policy.py"], cwd=tmp_path, capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"(ship|refund) gap \$\d+\.\d\d\n", done.stdout), done.stdout

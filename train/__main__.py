@@ -217,9 +217,14 @@ def run_search(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from .export import TOLERANCE, export
     done = export(Path(args.model), Path(args.onnx))
+    trained = done.trained_for
+    said = (f"trained on {trained.env_id} (probe arm {trained.probe}), which its metadata says"
+            if trained is not None else "no training metadata in the model: its metadata says "
+            "nothing of the arm it was trained on")
     print(f"exported {done.algorithm} {done.model} to {done.out}: onnxruntime agrees with torch "
           f"within {done.difference:.1e} on {done.observations} observations of {done.episodes} "
-          f"episodes (tolerance {TOLERANCE * done.scale:.1e}); grade it with onnx:{done.out}")
+          f"episodes (tolerance {TOLERANCE * done.scale:.1e}); {said}; grade it with "
+          f"onnx:{done.out}" + (f" --probe {trained.probe}" if trained is not None else ""))
     return 0
 
 

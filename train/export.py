@@ -24,6 +24,13 @@ the allowed actions, for MaskablePPO) or its action values. If the largest diffe
 
 A model saved with a `vecnormalize.pkl` is refused: the normalization would have to become part
 of the graph, and the statistics are not yet readable outside `agents/learned/vecnormalize.py`.
+
+The graph's metadata says what the model was trained for (`agents/learned/trained_for.py`: the
+env id, its probe arm, the observation layout and the action table), so that `onnx:` refuses to
+grade it on another arm: for a run folder, from the run's `config.json` (its `env`, and that
+env's spaces), which an archive's own record must not contradict; for a bare archive, from its
+own `finality.json` (`python -m train` writes one into every archive it saves). An archive
+without one (saved by another trainer, or before 0.2.0) is exported without it, and said so.
 """
 
 from __future__ import annotations
@@ -41,9 +48,12 @@ from agents.learned.algorithms import Algorithm
 from agents.learned.onnx_policy import (LOGITS, MASK, MASKED, OBS, Q_VALUES, STATE_IN, STATE_OUT,
                                 checked_graph, open_session, signature)
 from agents.learned.sb3_archive import built_policy, finality_spaces, read_data
+from agents.learned.trained_for import TrainedFor, read_archive
 from agents.learned.vecnormalize import normalization_file
 from finality_gym.env import FinalityEnv
 from finality_gym.episode import PROBE_ARMS
+
+from .config import TrainConfig
 
 OBSERVATIONS = 300  # compared before writing, in whole episodes
 TOLERANCE = 1e-4    # largest |onnxruntime - torch|, relative to the values' scale (at least 1)
@@ -63,6 +73,7 @@ class Exported:
     episodes: int
     difference: float
     scale: float
+    trained_for: TrainedFor | None = None
 
 
 def model_file(source: Path) -> Path:
@@ -78,6 +89,27 @@ def model_file(source: Path) -> Path:
     return source
 
 
+def trained_for(source: Path, path: Path) -> TrainedFor | None:
+    """What the model at `path` (`source`'s, a run folder's best model or the archive itself)
+    was trained for: a run folder's `config.json` says it (its `env`), and the archive's own
+    record, if it has one, must agree; a bare archive says it itself, or nothing."""
+    own = read_archive(path)
+    saved = source / "config.json" if source.is_dir() else None
+    if saved is None or not saved.is_file():
+        return own
+    try:
+        env = TrainConfig.from_json(saved.read_text()).env
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{saved} is not a run configuration ({exc})") from None
+    run = TrainedFor.of_env(env)
+    if own is not None and own != run:
+        other = "" if own.env_id != run.env_id else " with another observation layout or actions"
+        raise ValueError(f"{path} says it was trained on {own.env_id} (probe arm {own.probe})"
+                         f"{other}, its run's {saved} says {run.env_id} (probe arm {run.probe}):"
+                         " they must agree (export the archive itself to take its own word)")
+    return run
+
+
 def export(source: Path, out: Path) -> Exported:
     """Export `source` (a model archive or a run folder) to `out`, checked as the module
     docstring says; `out` is written whole or not at all."""
@@ -86,6 +118,7 @@ def export(source: Path, out: Path) -> Exported:
     if not out.parent.is_dir():
         raise FileNotFoundError(f"no folder {out.parent} to write {out.name} in")
     data, algorithm, stack = read_data(path, "sb3")
+    trained = trained_for(Path(source), path)
     if stack > 1:
         raise ValueError(f"{path} stacks {stack} observations (--frame-stack): the onnx: "
                          "contract takes one observation a step; grade the model itself with "
@@ -98,7 +131,7 @@ def export(source: Path, out: Path) -> Exported:
     policy = built_policy(path, data, algorithm.cls())
     graph = _graph(policy, algorithm)
     episodes = _episodes(policy, algorithm)
-    onnx_bytes = _onnx(graph, algorithm, path)
+    onnx_bytes = _onnx(graph, algorithm, path, trained)
     partial = out.with_name(f"{out.stem}.partial{out.suffix}")
     try:
         partial.write_bytes(onnx_bytes)
@@ -113,7 +146,7 @@ def export(source: Path, out: Path) -> Exported:
     finally:
         partial.unlink(missing_ok=True)
     return Exported(algorithm.name, path, out, sum(map(len, episodes)), len(episodes),
-                    difference, scale)
+                    difference, scale, trained)
 
 
 # ------------------------------------------------------------------------- the graphs
@@ -172,10 +205,10 @@ def _state_shape(policy) -> tuple[int, int, int]:
     return 2, lstm.num_layers, lstm.hidden_size
 
 
-def _onnx(graph, algorithm: Algorithm, path: Path) -> bytes:
+def _onnx(graph, algorithm: Algorithm, path: Path, trained: TrainedFor | None) -> bytes:
     """The graph as ONNX (TorchScript's exporter, `dynamo=False`: the dynamo exporter needs
-    onnxscript), with a dynamic batch, named as the contract names, and where it came from in
-    its metadata."""
+    onnxscript), with a dynamic batch, named as the contract names, and where it came from and
+    what it was trained for (if known) in its metadata."""
     import onnx
     import torch
     spaces = finality_spaces()
@@ -198,7 +231,8 @@ def _onnx(graph, algorithm: Algorithm, path: Path) -> bytes:
     onnx.helper.set_model_props(model, {
         "finality_gym.algorithm": algorithm.name,
         "finality_gym.source": path.name,
-        "finality_gym.source_sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+        "finality_gym.source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        **(trained.onnx_props() if trained is not None else {})})
     return model.SerializeToString()
 
 

@@ -9,8 +9,10 @@ the end the same headline grading as every scripted policy, on both splits.
 
 A run folder holds: `config.json`, `tb/` (TensorBoard: `tensorboard --logdir runs`),
 `checkpoints/` (`<algo>_<steps>_steps.zip`; the last one is the final model), `best_model.zip`
-(+ `best.json`), `validation.jsonl`, `machines.jsonl` (the machine of every process that
-trained it), `learning_curve.png`, and `eval_public/`, `eval_regenerated/` (headline folders).
+(+ `best.json`; every archive saved with a `finality.json` member that says what it was trained
+for: `agents/learned/trained_for.py`, `saver`), `validation.jsonl`, `machines.jsonl` (the
+machine of every process that trained it), `learning_curve.png`, and `eval_public/`,
+`eval_regenerated/` (headline folders).
 A new run needs a new or empty folder; a resumed one continues in the folder it is given,
 and regrades from scratch if it trained further.
 
@@ -45,6 +47,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 import finality_gym
 from agents.learned.algorithms import PPO_ALGORITHMS
 from agents.learned.policy import sb3_policy
+from agents.learned.trained_for import TrainedFor, stamp
 import eval.experiments.headline as headline
 from eval.grading.grader import RunConfig, grade_in_process
 from eval.experiments.headline import HEADLINE
@@ -123,7 +126,7 @@ class ValidationCallback(BaseCallback):
             f.write(json.dumps({"timesteps": self.num_timesteps, **result}) + "\n")
         if result["mean_gap"] < self.best["mean_gap"]:
             self.best = {"timesteps": self.num_timesteps, **result}
-            save_atomic(self.out / "best_model.zip", self.model.save)
+            save_atomic(self.out / "best_model.zip", saver(self.model, self.config))
             write_atomic(self.out / "best.json", json.dumps(self.best, indent=2) + "\n")
         steps, started = self.clock
         now = time.perf_counter()
@@ -136,6 +139,34 @@ class ValidationCallback(BaseCallback):
         print(self.label + progress_line(metrics), flush=True)
         if self.report is not None:
             self.report(metrics, self.model)
+
+
+def saver(model, config: TrainConfig):
+    """`save(path)` for `save_atomic`: the model as SB3 saves it, then stamped with what it was
+    trained for (the run's env: its id, probe arm, observation layout and action table), so
+    that a model graded or exported later on another arm is refused, not misgraded."""
+    trained = TrainedFor.of_env(config.env)
+
+    def save(path: Path) -> None:
+        model.save(path)
+        stamp(Path(path), trained)
+    return save
+
+
+class Checkpoints(CheckpointCallback):
+    """SB3's checkpoints (`<algo>_<steps>_steps.zip` every `save_freq` calls), each written
+    whole or not at all and stamped as `saver` stamps (SB3's own writes the bare archive)."""
+
+    def __init__(self, save_freq: int, folder: Path, config: TrainConfig):
+        super().__init__(save_freq, str(folder), name_prefix=config.algo)
+        self.config = config
+
+    def _on_step(self) -> bool:
+        if self.n_calls % self.save_freq == 0:
+            path = Path(self._checkpoint_path(extension="zip"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_atomic(path, saver(self.model, self.config))
+        return True
 
 
 class RelativeGap(gym.Wrapper):
@@ -260,8 +291,8 @@ def train(config: TrainConfig, resume: bool = False, grading_workers: int = 2, l
     (out / "config.json").write_text(config.to_json())
     machines = record_machine(out, model.num_timesteps)
     callbacks = CallbackList([
-        CheckpointCallback(max(config.checkpoint_every // config.n_envs, 1),
-                           str(out / "checkpoints"), name_prefix=config.algo),
+        Checkpoints(max(config.checkpoint_every // config.n_envs, 1), out / "checkpoints",
+                    config),
         ValidationCallback(config, out, label, report)])
     remaining = config.timesteps - model.num_timesteps
     learned = remaining > 0 or last_validated(out) != model.num_timesteps
@@ -270,7 +301,8 @@ def train(config: TrainConfig, resume: bool = False, grading_workers: int = 2, l
         # steps still runs the final validation the killed run may have missed
         model.learn(total_timesteps=max(remaining, 0), callback=callbacks, tb_log_name=name,
                     reset_num_timesteps=checkpoint is None, progress_bar=False)
-    save_atomic(out / "checkpoints" / f"{config.algo}_{model.num_timesteps}_steps.zip", model.save)
+    save_atomic(out / "checkpoints" / f"{config.algo}_{model.num_timesteps}_steps.zip",
+                saver(model, config))
     train_seconds = time.perf_counter() - started
     learning_curve(out, name)
     if grade:

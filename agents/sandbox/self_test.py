@@ -58,6 +58,23 @@ def layers() -> dict:
             "limits": limits()}
 
 
+def describe(sandbox) -> str:
+    """A run's sandbox (its manifest's `sandbox`: `layers()`, or a sentence such as `off`) as
+    one line a reader takes in at a glance: the layers in words and the limits. The manifest
+    keeps every layer's full description."""
+    if not isinstance(sandbox, dict):
+        return str(sandbox)
+    limits_ = sandbox.get("limits") or {}
+    bounds = ", ".join(f"{limits_[key]} {unit}" for key, unit in (
+        ("memory_mb", "MB of memory"), ("file_mb", "MB a file"), ("cpu_s", "s of CPU"),
+        ("open_files", "open files")) if key in limits_)
+    return (f"{sandbox.get('tool') or 'bubblewrap'}: the policy's process in its own namespaces "
+            "without network or capabilities, its files read-only; each case forked into its "
+            "own pid and mount namespaces under a seccomp filter, writing only a scratch "
+            "folder; one checked socket a case, its output capped"
+            + (f"; at most {bounds} a case" if bounds else ""))
+
+
 class SandboxError(ValueError):
     """The sandbox cannot start here, or failed its self-test: nothing was graded."""
 

@@ -6,8 +6,9 @@ A bundle is a zip archive (stored, not compressed) of
 - `manifest.json`: `format` (`BUNDLE_FORMAT`), `name`, `kind` (`KINDS`), `spec` (the policy
   spec, its paths relative to the bundle's `policy/` folder), `model` (a model entry's request
   settings: `MODEL_FIELDS`, never an endpoint or a key), `claimed` (the author's own figures on
-  the public split, optional: `CLAIM_FIELDS`) and `files` (the SHA-256 of every file under
-  `policy/`);
+  the public split, optional: `CLAIM_FIELDS`), `probe` (the probe arm the entry is graded on,
+  `submit --probe`; a bundle without it is `full`, as every bundle was before it) and `files`
+  (the SHA-256 of every file under `policy/`);
 - `policy/...`: the policy's files (an outside policy's file or whole top-level package, a
   saved model and the observation normalization beside it, an ONNX graph; none for the
   project's own policies and for a model entry).
@@ -39,6 +40,7 @@ from pathlib import Path
 from agents import PolicySpec
 from agents.learned.sb3_archive import member, opened
 from agents.spec import LEARNED, ONNX
+from finality_gym.episode import PROBE_ARMS
 
 BUNDLE_FORMAT = "finality-bundle/1"
 MANIFEST = "manifest.json"
@@ -62,7 +64,8 @@ UNSAFE = {"trust_pickles": "an unpickling loader (the model's pickles would run 
           "sandbox": "grading outside the sandbox (the policy could read the grader's memory)"}
 PROJECT = ("agents", "finality_gym", "eval", "train")  # top-level names a bundle may not use
 COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib")
-FIELDS = ("format", "name", "kind", "spec", "model", "claimed", "files")
+FIELDS = ("format", "name", "kind", "spec", "model", "claimed", "probe", "files")
+DEFAULT_PROBE = "full"  # the arm of a bundle whose manifest names none
 
 
 class BundleError(ValueError):
@@ -89,6 +92,11 @@ class Bundle:
     @property
     def spec(self) -> str:
         return self.manifest["spec"]
+
+    @property
+    def probe(self) -> str:
+        """The probe arm the entry is graded on."""
+        return self.manifest.get("probe", DEFAULT_PROBE)
 
     def extract(self, folder: Path) -> None:
         """The policy's files into `folder` (new or empty), under the names the manifest
@@ -205,6 +213,9 @@ def _check_manifest(manifest: object, files: dict, where: str) -> None:
         raise BundleError(f"bundle {where}: name {name!r} must match {NAME.pattern}")
     if kind not in KINDS:
         raise BundleError(f"bundle {where}: kind {kind!r}; valid: {', '.join(KINDS)}")
+    if "probe" in manifest and manifest["probe"] not in PROBE_ARMS:
+        raise BundleError(f"bundle {where}: probe {manifest['probe']!r}; valid: "
+                          f"{', '.join(PROBE_ARMS)}")
     hashes = manifest.get("files")
     if not isinstance(hashes, dict):
         raise BundleError(f"bundle {where}: `files` must map each file to its SHA-256")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from agents import PolicySpec, make_policy
 from agents.sandbox.external import ExternalPolicy
+from agents.learned.trained_for import check_model
 from agents.model import ModelConfig
 from agents.spec import module_file
 
@@ -102,7 +103,9 @@ def model_config(bundle: Bundle, base_url: str = PLACEHOLDER_URL,
 
 
 def check_loads(bundle: Bundle, submitting: bool = False) -> None:
-    """The bundle's policy loads in the safe form, from a scratch copy of its files, or a
+    """The bundle's policy loads in the safe form, from a scratch copy of its files, and a model
+    in it was not trained for another arm than the bundle's (`trained_for.check_model`, named
+    as the bundle, not as its scratch copy: the note of a model without metadata too), or a
     `BundleError` that says why (its code does not import, its model needs an unpickling
     loader, ...); `submitting` as for `located`."""
     if bundle.kind == "model":
@@ -129,3 +132,10 @@ def check_loads(bundle: Bundle, submitting: bool = False) -> None:
                                                 if unsafe else "does not load: ")
                     + f"{type(exc).__name__}: {str(exc).replace(str(folder), POLICY_SHOWN)}"
                 ) from None
+            if bundle.kind in ("sb3", "onnx"):
+                try:
+                    check_model(folder / PolicySpec.parse(bundle.spec).target,
+                                bundle.kind == "onnx", bundle.probe,
+                                f"bundle {bundle.name} ({bundle.spec})")
+                except ValueError as exc:
+                    raise BundleError(str(exc).replace(str(folder), POLICY_SHOWN)) from None

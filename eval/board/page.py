@@ -23,12 +23,15 @@ import shutil
 from html import escape
 from pathlib import Path
 
+from agents.sandbox.self_test import describe
 from finality_gym import ARCHETYPES
 
 from eval.board.standings import read_board, standings
 from eval.board.verify import run_folder
 from eval.grading.runfolder import MANIFEST
 from eval.grading.labels import LABELS
+from eval.reports.format import interval as fmt_interval
+from eval.reports.format import money, share
 from eval.site.build import build
 
 MARKER = ".finality-leaderboard"
@@ -39,11 +42,14 @@ th{background:#f1f3f5}td.l,th.l{text-align:left}.flag{color:#e03131}.good{color:
 .meta{color:#495057}h2{font-size:17px;margin-top:26px}code{font-size:12px}"""
 
 
-def _cell(value: float | None, text: str | None = None, interval=None, cls: str = "") -> str:
+def _cell(value: float | None, text: str | None = None, interval=None, cls: str = "",
+          fmt=money) -> str:
+    """A number's cell: its text, its interval written by `fmt` (dollars, or `share` for a
+    share, as on every other page), the raw values in data attributes for the page's tests."""
     attrs = f' data-v="{value!r}"' if value is not None else ""
     if interval is not None:
         attrs += f' data-lo="{interval[0]!r}" data-hi="{interval[1]!r}"'
-        text = f"{text} [{interval[0]:.2f}, {interval[1]:.2f}]"
+        text = f"{text} {fmt_interval(interval, fmt)}"
     return f'<td{attrs}{f" class={cls!r}" if cls else ""}>{escape(text or "")}</td>'
 
 
@@ -64,9 +70,9 @@ def _ranking(group: dict, entries: dict, site_ids: dict) -> list[str]:
             + _cell(e["rank"], str(e["rank"]) if e["rank"] else "ref (privileged)")
             + f"<td class='l'>{escape(e['name'])}</td><td class='l'>{escape(info['kind'])}</td>"
             + _cell(e["mean_gap"], f"{e['mean_gap']:.2f}", e["mean_gap_ci"], "gap")
-            + _cell(e["exact"], f"{e['exact']:.3f}", e["exact_ci"], "exact")
-            + _cell(e["pass_k"][0], f"{e['pass_k'][0]:.3f} / {e['pass_k'][-1]:.3f}")
-            + _cell(e["premature"], f"{e['premature']:.3f}")
+            + _cell(e["exact"], share(e["exact"]), e["exact_ci"], "exact", share)
+            + _cell(e["pass_k"][0], f"{share(e['pass_k'][0])} / {share(e['pass_k'][-1])}")
+            + _cell(e["premature"], share(e["premature"]))
             + _cell(e.get("cost_per_episode_usd"), f"{e['cost_per_episode_usd']:.6f}"
                     if "cost_per_episode_usd" in e else "")
             + (f"<td class='l'>{public['mean_gap']:.2f} {link}"
@@ -113,12 +119,21 @@ def _details(group: dict) -> list[str]:
     return out + ["</table>"]
 
 
+def _yardsticks(group: dict) -> str:
+    """The group's gate and its arm's best scripted rule (chosen on the public split), or that
+    they were not entered: a rank means little without them."""
+    best, gate = group.get("best_rule"), group.get("gate")
+    return (f"This arm's best scripted rule on the public split: "
+            f"{f'<b data-best-rule>{escape(best)}</b>' if best else 'not entered'}; the finality "
+            f"gate: {f'<b data-gate>{escape(gate)}</b>' if gate else 'not entered'}.")
+
+
 def _provenance(entries: dict) -> list[str]:
     out = ["<h2>Provenance</h2><table><tr><th class='l'>entry</th><th class='l'>bundle sha256"
            "</th><th class='l'>graded as</th><th class='l'>grader</th><th class='l'>private "
            "split</th><th class='l'>machine</th><th class='l'>verified</th></tr>"]
     for name, e in sorted(entries.items()):
-        form = e["form"] + (f"; sandbox: {json.dumps(e['sandbox'])}" if "sandbox" in e else "")
+        form = e["form"] + (f"; sandbox: {describe(e['sandbox'])}" if "sandbox" in e else "")
         if "served_as" in e:
             form += f"; the endpoint answered as {', '.join(e['served_as']) or '?'}"
         machine = e["machine"]
@@ -143,9 +158,11 @@ def page(computed: dict, site_ids: dict) -> str:
              "bootstraps over units (a twin pair, or a task), shared by every entry of a "
              "group, so the pairwise differences are paired.</p>"]
     for i, group in enumerate(computed["groups"]):
-        parts += [f"<section class='group' data-group='{i}'><h2>{escape(group['key'])}</h2>",
+        parts += [f"<section class='group' data-group='{i}' data-probe='{escape(group['probe'])}'>"
+                  f"<h2>{escape(group['key'])}</h2>",
                   f"<p class='meta'>{group['episodes']:,} private episodes an entry, "
-                  f"{group['units']} units, {group['bootstrap']['replicates']} resamples.</p>",
+                  f"{group['units']} units, {group['bootstrap']['replicates']} resamples. "
+                  f"{_yardsticks(group)}</p>",
                   *_ranking(group, computed["entries"], site_ids),
                   "<h3>Pairwise: row minus column, mean gap $ on the shared episodes</h3>",
                   *_pairwise(group), "<h3>Mean gap $ per archetype, and failure labels</h3>",

@@ -1,8 +1,10 @@
 """A board's standings, computed from its entries' private-split rows: what the leaderboard page
 shows, and nothing that names a private episode.
 
-Entries are grouped by what makes two grades comparable: the grader's version, the private
-split's fingerprint and the protocol (seeds, subset, probe arm). Within a group every entry
+Entries are grouped by what makes two grades comparable: the probe arm (an arm is another
+benchmark: groups come in the arms' order), the grader's version, the private split's
+fingerprint and the protocol (seeds, subset). Each group names its yardsticks where they were
+entered: the finality gate and the arm's best scripted rule, chosen on the public split. Within a group every entry
 played the same private episodes, so the statistics are paired: the units (a twin pair, or a
 singleton task) are found from the rows, resampled once (`REPLICATES`, from `BOOTSTRAP_SEED`)
 and shared by every entry of the group. An entry's mean gap and exact rate are ratios of per-unit
@@ -22,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from finality_gym import ARCHETYPES
+from agents import is_unprivileged_scripted
+from agents.registry import GATE
+from finality_gym import ARCHETYPES, PROBE_ARMS
 
 from eval.board.verify import ENTRIES, ENTRY, run_folder
 from eval.grading.labels import LABELS
@@ -61,10 +65,29 @@ def read_board(board: Path) -> list[tuple[dict, list[dict]]]:
 
 
 def group_key(entry: dict) -> str:
+    """What makes two grades comparable, the probe arm first: an arm is another benchmark."""
     protocol = entry["protocol"]
-    return (f"grader {entry['grader']['label']} · private split {entry['private']['fingerprint']}"
-            f" · {protocol['tasks']} tasks x {len(protocol['seeds'])} seeds "
-            f"({protocol['subset']}, probe {protocol['probe']})")
+    return (f"probe arm {protocol['probe']} · grader {entry['grader']['label']} · private split "
+            f"{entry['private']['fingerprint']} · {protocol['tasks']} tasks x "
+            f"{len(protocol['seeds'])} seeds ({protocol['subset']})")
+
+
+def _arm_order(item: tuple[str, list]) -> tuple:
+    """Groups in the arms' order (`PROBE_ARMS`), then the largest first, then by name."""
+    probe = item[1][0][0]["protocol"]["probe"]
+    return (PROBE_ARMS.index(probe) if probe in PROBE_ARMS else len(PROBE_ARMS), -len(item[1]),
+            item[0])
+
+
+def rules(members: list[tuple[dict, list[dict]]]) -> dict:
+    """The group's yardsticks, where entered: the finality gate, and the arm's best scripted
+    rule (the unprivileged scripted entry of lowest mean gap on the public split, as the
+    learned baselines choose theirs: never on the private split being ranked)."""
+    scripted = [e for e, _ in members if is_unprivileged_scripted(e["spec"])
+                and "mean_gap" in e.get("public", {})]
+    best = min(scripted, key=lambda e: (e["public"]["mean_gap"], e["name"]), default=None)
+    gate = next((e["name"] for e, _ in members if e["spec"] == GATE), None)
+    return {"gate": gate, "best_rule": None if best is None else best["name"]}
 
 
 def units_of(rows: list[dict]) -> dict[str, int]:
@@ -148,8 +171,9 @@ def standings(board: list[tuple[dict, list[dict]]]) -> dict:
         if entry["status"] == "verified" and rows:
             groups.setdefault(group_key(entry), []).append((entry, rows))
     published = {e["name"]: {k: e[k] for k in PUBLISHED if k in e} for e, _ in board}
-    return {"groups": [{"key": key, **_group(members)} for key, members in
-                       sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))],
+    return {"groups": [{"key": key, "probe": members[0][0]["protocol"]["probe"],
+                        **rules(members), **_group(members)}
+                       for key, members in sorted(groups.items(), key=_arm_order)],
             "not_ranked": [published[e["name"]] for e, rows in board
                            if e["status"] != "verified" or not rows],
             "entries": published}

@@ -5,6 +5,7 @@
     python -m eval submit mypkg.agent:Agent --name pkg --out pkg.finality    # the whole package
     python -m eval submit onnx:model.onnx --name net --out net.finality
     python -m eval submit sb3:best_model.zip --name ppo --out ppo.finality  # + vecnormalize.pkl
+    python -m eval submit onnx:noprobe.onnx --name np --probe none --out np.finality  # its arm
     python -m eval submit model:gpt-x --name gpt-x --temperature 0 --param seed=7 --out m.finality
     python -m eval submit finality_gate --name gate --out gate.finality     # a baseline
 
@@ -20,10 +21,12 @@ import json
 from pathlib import Path
 
 from agents import PolicySpec
-from agents.spec import module_file
+from agents.spec import FORMS, module_file
+from agents.learned.trained_for import check_model
 from agents.learned.vecnormalize import normalization_file
+from finality_gym.episode import PROBE_ARMS
 
-from eval.board.bundle import KINDS, BundleError, bundle_of, pack, write_new
+from eval.board.bundle import DEFAULT_PROBE, KINDS, BundleError, bundle_of, pack, write_new
 from eval.board.loading import check_loads
 
 SKIPPED = ("__pycache__",)
@@ -92,11 +95,21 @@ def claimed(path: Path | None, policy: str | None) -> dict | None:
 
 
 def submit(spec: str, name: str, out: Path, model: dict | None = None,
-           claim: dict | None = None) -> str:
+           claim: dict | None = None, probe: str = DEFAULT_PROBE) -> str:
     """Write the bundle of `spec` to `out`, checked to load; return its SHA-256. `model`: a
-    model entry's settings (`bundle.MODEL_FIELDS`)."""
+    model entry's settings (`bundle.MODEL_FIELDS`); `probe`: the arm the entry is graded on,
+    which a model's training metadata must not contradict (named as the submitter named it,
+    before anything is packed: `trained_for.check_model`)."""
+    if probe not in PROBE_ARMS:
+        raise BundleError(f"--probe: unknown arm {probe!r}; valid: {', '.join(PROBE_ARMS)}")
     kind, relative, files = contents(spec)
-    manifest = {"name": name, "kind": kind, "spec": relative,
+    if kind in ("sb3", "onnx"):
+        parsed = PolicySpec.parse(spec)
+        try:
+            check_model(parsed.source(), kind == "onnx", probe, str(parsed))
+        except ValueError as exc:
+            raise BundleError(f"{exc} (--probe names the arm an entry is graded on)") from None
+    manifest = {"name": name, "kind": kind, "spec": relative, "probe": probe,
                 **({"model": model} if kind == "model" else {}),
                 **({"claimed": claim} if claim is not None else {})}
     data = pack(manifest, files)
@@ -107,15 +120,17 @@ def submit(spec: str, name: str, out: Path, model: dict | None = None,
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="the policy: FILE.py:CLASS, MODULE:CLASS (its whole package "
-                                     "goes in), sb3:PATH, ppo:PATH, onnx:PATH (and -greedy), "
-                                     "model:NAME, or one of the project's policies")
+    parser.add_argument("spec", help=f"the policy, a spec of the forms {FORMS} (a module's "
+                                     "whole package goes in)")
     parser.add_argument("--name", required=True, help="the entry's name on the board")
     parser.add_argument("--out", type=Path, required=True, help="the bundle file to create")
     parser.add_argument("--claimed-summary", type=Path, default=None,
                         help="your public-split summary.json, checked by verify")
     parser.add_argument("--claimed-policy", default=None,
                         help="your policy's name in it, if it holds several")
+    parser.add_argument("--probe", choices=PROBE_ARMS, default=DEFAULT_PROBE,
+                        help=f"the probe arm the entry is graded on (default {DEFAULT_PROBE}); "
+                             "a model trained for another is refused")
     model = parser.add_argument_group("a model entry (model:NAME): its request settings")
     model.add_argument("--temperature", type=float, default=0.0)
     model.add_argument("--max-tokens", type=int, default=1024, help="per response")
@@ -142,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
              "no_params": list(args.no_param), "price_in": args.price_in,
              "price_out": args.price_out}
     digest = submit(args.spec, args.name, args.out, model,
-                    claimed(args.claimed_summary, args.claimed_policy))
+                    claimed(args.claimed_summary, args.claimed_policy), args.probe)
     print(f"submit: wrote {args.out} (sha256 {digest}); give it to the operator, who runs "
           f"python -m eval verify {args.out.name} --master-seed-file F --out BOARD")
     return 0

@@ -140,17 +140,18 @@ def _read_again(path: Path, checked: str) -> Bundle:
     return bundle
 
 
-def _configs(spec: str, name: str, seeds: int, subset: str, seed: int
+def _configs(spec: str, name: str, seeds: int, subset: str, seed: int, probe: str
              ) -> dict[str, RunConfig]:
     """The private and the public split's run, of the spec that loads the bundle's files
-    (`loading.located`), its rows named as the bundle names it."""
+    (`loading.located`), its rows named as the bundle names it, on the bundle's probe arm."""
     private = private_corpus(seed)
     # The public split first: what the page shows of an entry's play (its public rows) is then
     # made before any case of its own private split has run.
     subsets = {"public": stratified_subset("public") if subset == "stratified" else None,
                PRIVATE: stratified_subset(private) if subset == "stratified" else None}
     return {split: RunConfig((spec,), split=split, seeds=tuple(range(seeds)), tasks=tasks,
-                             master_seed=seed if split == PRIVATE else None, names=(name,))
+                             probe=probe, master_seed=seed if split == PRIVATE else None,
+                             names=(name,))
             for split, tasks in subsets.items()}
 
 
@@ -189,7 +190,7 @@ def _new_entry(bundle: Bundle, configs: dict, grader: dict, where: dict, seeds: 
             "privileged": bundle.kind == "scripted" and not is_unprivileged_scripted(spec),
             "bundle_sha256": bundle.sha256, "status": "grading", "reason": None,
             "public_reason": None,
-            "protocol": {"seeds": list(range(seeds)), "subset": subset, "probe": "full",
+            "protocol": {"seeds": list(range(seeds)), "subset": subset, "probe": bundle.probe,
                          "tasks": len({t for t, _ in configs[PRIVATE].cases()})},
             "private": {"fingerprint": configs[PRIVATE].corpus.fingerprint},
             "public": {"fingerprint": configs["public"].corpus.fingerprint},
@@ -210,7 +211,8 @@ def _graded(bundle: Bundle, board: Path, policy: Path, entry: dict,
     graded: dict[str, list] = {}
     try:
         with located(bundle, policy) as spec:
-            configs = _configs(spec, bundle.spec, args.seeds, args.subset, args.master_seed)
+            configs = _configs(spec, bundle.spec, args.seeds, args.subset, args.master_seed,
+                               bundle.probe)
             for split, config in configs.items():
                 graded[split] = _grade(bundle, config, run_folder(board, split, bundle.name),
                                        args)
@@ -240,7 +242,8 @@ def verify_one(bundle: Bundle, board: Path, grader: dict, where: dict,
     if recorded is not None and recorded["status"] in ("verified", "failed"):
         return recorded
     policy = _extracted(bundle, folder)
-    configs = _configs(bundle.spec, bundle.spec, args.seeds, args.subset, args.master_seed)
+    configs = _configs(bundle.spec, bundle.spec, args.seeds, args.subset, args.master_seed,
+                       bundle.probe)
     entry = _new_entry(bundle, configs, grader, where, args.seeds, args.subset)
     runfolder.write_atomic(folder / ENTRY, json.dumps(entry, indent=2) + "\n")
     graded = _graded(bundle, board, policy, entry, args)

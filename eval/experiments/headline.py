@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agents import split_specs
 from agents.registry import HEADLINE
+from agents.spec import FORMS
 from finality_gym import PROBE_ARMS, SPLITS
 from finality_gym.corpus import PRIVATE
 
@@ -89,12 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run outside policies in the operating-system sandbox (default on; "
                              "off is refused for --split private)")
     parser.add_argument("--policies", type=split_specs, action="extend", default=None,
-                        help="policy specs, comma-separated or repeated (default: the nine): "
-                             "names, sop:poll_interval=30,max_polls=6, plan:60,original,120,ship, "
-                             "ppo:PATH or sb3:PATH (a saved model of PPO, or of any SB3 "
-                             "algorithm, read as data: no pickle in it runs), FILE.py:CLASS or "
-                             "MODULE:CLASS (your own Policy, graded in its own process, in the "
-                             "sandbox)")
+                        help="policy specs, comma-separated or repeated (default: the nine), "
+                             f"of the forms {FORMS}: a saved SB3 model is read as data (no "
+                             "pickle in it runs), an ONNX graph run by onnxruntime, your own "
+                             "Policy graded in its own process, in the sandbox")
     parser.add_argument("--trust-pickles", action="store_true",
                         help="load ppo:/sb3: models by unpickling them, as stable-baselines3 does "
                              "(code in the file runs in the grader: trusted files only; recorded "

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agents import PolicySpec, make_policy
 from agents.sandbox.external import ExternalPolicy
+from agents.spec import FORMS
 from finality_gym import PROBE_ARMS, SPLITS, load_corpus
 from finality_gym.policy import play
 
@@ -64,7 +65,7 @@ def show(spec: str, task_id: str, seed: int = 0, split: str = "public", probe: s
     if type(seed) is not int or seed < 0:
         raise ValueError(f"--seed must be a non-negative int, got {seed!r}")
     task = load_corpus(split).task(task_id)
-    policy = make_policy(spec)
+    policy = make_policy(spec, probe=probe)  # a model is checked against the arm
     try:
         episode = play(policy, task, seed, probe=probe)
     finally:
@@ -79,8 +80,7 @@ def show(spec: str, task_id: str, seed: int = 0, split: str = "public", probe: s
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", required=True,
-                        help="a policy spec: a name, sop:..., plan:..., ppo:PATH or sb3:PATH (read "
-                             "as data), FILE.py:CLASS or MODULE:CLASS")
+                        help=f"a policy spec, of the forms {FORMS}")
     parser.add_argument("--task", required=True, help="a task id of the split, e.g. "
                         "pub-000b-pending_fail")
     parser.add_argument("--seed", type=int, default=0, help="the episode (fault) seed")

@@ -364,9 +364,11 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
             from eval.grading.distributed import on_every_node
             manifest["sandbox_nodes"] = on_every_node(self_test)
     if isinstance(backend, str):
-        for spec in config.policies:  # fail now, not in a worker: an outside policy's code is
-            policy = make_policy(spec, sandbox=config.sandbox,  # loaded once, then let go
-                                 allow_pickle=config.trust_pickles)
+        # Fail now, not in a worker: an outside policy's code is loaded once, then let go; a
+        # model is checked here, once a run, against the arm it is graded on (`make_policy`).
+        for spec in config.policies:
+            policy = make_policy(spec, sandbox=config.sandbox,
+                                 allow_pickle=config.trust_pickles, probe=config.probe)
             if isinstance(policy, ExternalPolicy):
                 policy.preflight()
     inputs = {spec: digest for spec in config.policies

@@ -97,7 +97,7 @@ const FG = (() => {
   function folderMeta(f) {
     const bits = [`split ${f.split} (fingerprint ${f.fingerprint})`, `probe arm ${f.probe}`,
       `seeds ${(f.seeds || []).join(", ")}`, `${f.episodes.toLocaleString("en-US")} episodes`];
-    if (f.sandbox) bits.push(`sandbox: ${typeof f.sandbox === "string" ? f.sandbox : json(f.sandbox)}`);
+    if (f.sandbox) bits.push(`sandbox: ${f.sandbox}`);
     const m = marks(f);
     return el("p", { class: "meta" }, m.length ? el("span", { class: "marks" }, m) : null, bits.join(" · "), el("br"), el("span", { class: "mono" }, f.path));
   }

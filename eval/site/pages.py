@@ -14,6 +14,7 @@ import shutil
 from collections import defaultdict
 from pathlib import Path
 
+from agents.sandbox.self_test import describe
 from finality_gym.corpus import SPLITS
 
 from eval.grading.runfolder import transcript_name
@@ -193,7 +194,7 @@ def _write_folder(w: _Writer, f_id: int, folder: Folder, draw_now: set[int]) -> 
         "split": manifest.get("split"), "fingerprint": manifest.get("fingerprint"),
         "probe": manifest.get("probe"), "seeds": manifest.get("seeds"),
         "faults": manifest.get("faults"), "costs": manifest.get("costs"),
-        "sandbox": manifest.get("sandbox"),
+        "sandbox": None if manifest.get("sandbox") is None else describe(manifest["sandbox"]),
         "model": (summary or {}).get("model") or manifest.get("model"),
         "self_reported": folder.self_reported,
         "development": manifest.get("split") in SPLITS,

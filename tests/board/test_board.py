@@ -135,6 +135,15 @@ def test_three_kinds_verified_into_one_board_and_the_page_equals_the_rows(made):
         assert np.allclose([float(x) for x in numbers[:3]], [diff, lo, hi], atol=1e-6), (a, b)
         # a tie of two replicates' means may fall either way in floating point: one replicate
         assert abs(float(numbers[3]) - p) <= 1 / 2000 + 1e-9, (a, b)
+    exact = re.search(r'<tr data-entry="probe">.*?<td data-v="([^"]+)"[^>]*class="exact">'
+                      r'([^<]*)</td>', ranking, re.S)
+    assert exact.group(2).startswith(f"{100 * float(exact.group(1)):.1f}% [")  # as every page
+    assert re.search(r"\d%\]", exact.group(2))  # its interval in percent too
+    provenance = page[page.index("<h2>Provenance</h2>"):]
+    assert "sandbox: bubblewrap" in provenance and "seccomp filter" in provenance
+    assert '{"tool"' not in provenance and "&quot;tool&quot;" not in provenance  # not raw JSON
+    folders = b"".join(p.read_bytes() for p in (made / "site" / "episodes").rglob("*.js"))
+    assert b'"sandbox":"bubblewrap' in folders  # the results site says it in the same words
     llm = re.search(r'<tr data-entry="llm">(.*?)</tr>', ranking, re.S).group(1)
     cost = np.mean([r["cost_microusd"] for r in
                     read_rows(made / "board" / "private" / "llm" / "episodes.jsonl")]) / 1e6
@@ -321,6 +330,34 @@ def test_entries_of_another_grader_are_ranked_apart(made, tmp_path):
                                                                        ["ppo-onnx"]]
     assert "grader 0123456789ab" in groups[1]["key"] and "pairwise" in groups[1]
     assert all(" - ppo-onnx" not in pair for pair in groups[0]["pairwise"])  # never mixed
+
+
+def test_each_arm_is_ranked_apart_in_the_arms_order_with_its_yardsticks(made, tmp_path):
+    """An arm is another benchmark: an entry graded on another arm is its own group, groups
+    come in the arms' order, and each names its gate and its best rule (on public) if entered."""
+    board = tmp_path / "board"
+    shutil.copytree(made / "board", board)
+    edits = {"ppo-onnx": {"probe": "none"}, "probe": {"spec": "finality_gate"},
+             "llm": {"spec": "react"}}
+    for name, edit in edits.items():
+        path = board / "entries" / name / "entry.json"
+        entry = json.loads(path.read_text())
+        entry["protocol"]["probe"] = edit.get("probe", entry["protocol"]["probe"])
+        entry["spec"] = edit.get("spec", entry["spec"])
+        path.write_text(json.dumps(entry))
+    assert eval_cli(["leaderboard", str(board), "--out", str(tmp_path / "site")]) == 0
+    groups = json.loads((tmp_path / "site" / "board.json").read_text())["groups"]
+    assert [(g["probe"], sorted(e["name"] for e in g["entries"])) for g in groups] == [
+        ("full", ["llm", "probe"]), ("none", ["ppo-onnx"])]
+    assert groups[0]["key"].startswith("probe arm full") and groups[1]["gate"] is None
+    publics = {n: json.loads((board / "entries" / n / "entry.json").read_text())["public"]
+               ["mean_gap"] for n in ("probe", "llm")}
+    assert groups[0]["gate"] == "probe"
+    assert groups[0]["best_rule"] == min(publics, key=lambda n: (publics[n], n))
+    page = (tmp_path / "site" / "index.html").read_text()
+    none = page[page.index("data-probe='none'"):]
+    assert "best scripted rule on the public split: not entered" in none
+    assert "<b data-gate>probe</b>" in page[:page.index("data-probe='none'")]
 
 
 def test_a_package_bundle_is_graded_from_its_own_files(made, tmp_path, monkeypatch):

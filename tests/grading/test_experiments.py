@@ -185,3 +185,22 @@ def test_world_firings_are_the_worlds_whatever_a_policy_reads():
     assert all(sum(world_firings(t, 0, only_loss).values()) == world_firings(
         t, 0, only_loss)["loss"] for t in PUBLIC.tasks[::8])
     assert sum(world_firings(t, 0, FaultProfile.none())["loss"] for t in PUBLIC.tasks) == 0
+
+
+def test_every_command_that_takes_a_policy_spec_lists_every_form_in_its_help():
+    """One list of the spec forms (`agents.spec.FORMS`, which names every kind the parser
+    knows), shown by every command's help where a spec is an argument."""
+    from agents.spec import FORMS, KINDS
+    from eval.__main__ import parser
+    assert all(f"{kind}:" in FORMS for kind in KINDS)
+    commands = parser()._subparsers._group_actions[0].choices
+    takes_spec = {}
+    for name, command in commands.items():
+        for action in command._actions:
+            if action.dest in ("policies", "policy", "spec"):
+                takes_spec[name] = command.format_help()
+    assert set(takes_spec) == {"headline", "show", "submit"}
+    for name, text in takes_spec.items():
+        flat = "".join(text.split())  # argparse wraps lines at hyphens too
+        assert all(f"{kind}:" in flat for kind in KINDS), name
+        assert "FILE.py:CLASS" in flat and "MODULE:CLASS" in flat, name
