@@ -14,7 +14,7 @@ import argparse
 import random
 import time
 
-from env import steps_per_second  # benchmarks/env.py: the same CartPole measurement
+from env import Stepper  # benchmarks/env.py: the same CartPole measurement
 
 import finality_gym
 from finality_gym.episode import TOOLS
@@ -53,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    cartpole = steps_per_second("CartPole-v1", args.seconds)
+    cartpole = Stepper("CartPole-v1").block(args.seconds)
     engine = engine_calls_per_second(args.seconds)
     print(f"CartPole-v1 steps/s (gym.make, action_space.sample()): {cartpole:,.0f}")
     print(f"finality engine tool calls/s (random policy, constructions and records included): "

@@ -51,7 +51,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.model import prompt_hash
+from agents.model import ModelConfig, prompt_hash
 from finality_gym.corpus import PRIVATE
 from finality_gym.tools import tools_hash
 
@@ -358,10 +358,11 @@ def _read(path: Path, data: bytes, cases: vc.CaseSet, by_id: dict, run: Run) -> 
 
 def sent(sampling: dict) -> dict:
     """What every request carried besides the conversation: the harness's temperature and
-    max_tokens (the run's, else the arm's defaults), with the run's other sampling fields, which
-    the verifiers proxy imposes on each request."""
+    max_tokens (the run's, else the arm's defaults, `ModelConfig`'s), with the run's other
+    sampling fields, which the verifiers proxy imposes on each request."""
     given = {k: v for k, v in sampling.items() if v is not None}
-    return {"temperature": 0.0, "max_tokens": 1024, **given}
+    return {**ModelConfig(model="-", base_url="http://verifiers.invalid").request_params(),
+            **given}
 
 
 def run(run_dir: Path, out: Path, workers: int = 2) -> dict:

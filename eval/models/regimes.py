@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from agents.model import REGIMES, ModelConfig
-from finality_gym import Corpus
+from finality_gym import Corpus, load_corpus
 
 from eval.grading.labels import MONEY_LOSS, REVENUE_LOSS
 from eval.grading.runfolder import ROWS, read_rows, write_atomic
@@ -103,13 +103,11 @@ def run(out: Path, config: ModelConfig, regimes: tuple[str, ...], **options) -> 
     rows = {}
     for regime in regimes:
         print(f"regime {regime}:", flush=True)
-        arm.run(out / regime, replace(config, regime=regime), **options)
+        summary = arm.run(out / regime, replace(config, regime=regime), **options)
         rows[regime] = read_rows(out / regime / ROWS)
-    rc = arm.run_config(config, options.get("split", "public"),
-                        options.get("subset", "stratified"), options.get("seeds", 1),
-                        options.get("probe", "full"))
-    curve = {"model": config.model, "split": rc.split, "probe": rc.probe,
-             "seeds": list(rc.seeds), **authority_curve(rows, rc.corpus)}
+    curve = {"model": config.model, "split": summary["split"], "probe": summary["probe"],
+             "seeds": summary["seeds"],
+             **authority_curve(rows, load_corpus(summary["split"]))}
     write_atomic(out / CURVE, json.dumps(curve, indent=2) + "\n")
     write_atomic(out / "curve.md", curve_report(curve))
     figure(curve, out / "authority_curve.png")
@@ -133,10 +131,9 @@ def curve_report(curve: dict) -> str:
         f"# Authority curve: {md_name(curve['model'])}", "",
         f"The same model on the same {next(iter(curve['regimes'].values()))['episodes']} "
         f"episodes ({curve['split']} split, probe arm `{curve['probe']}`, seeds "
-        f"{curve['seeds']}; {curve['units']} independent units) under each regime: `open` (the "
-        "model decides), `procedure` (a written operating procedure in the prompt), `guarded` "
-        "(the model advises and the guard, finality_gym/guard.py, refuses an irreversible call "
-        "the evidence does not support). Money loss: goods out unpaid or a card charged twice "
+        f"{curve['seeds']}; {curve['units']} independent units) under each regime: "
+        + "; ".join(f"`{regime}`{arm.REGIME_WORDS[regime]}" for regime in curve["regimes"])
+        + ". Money loss: goods out unpaid or a card charged twice "
         "(released what it should have held); revenue loss: a refused sale or money kept on "
         "an unshipped order (held what it should have released). 95 % intervals over "
         "independent units; each regime's own run folder holds its report.", "",

@@ -16,6 +16,7 @@ import pytest
 
 from agents import make_policy
 import eval.models.import_inspect as import_inspect
+from eval.models.import_checks import same
 from eval import __main__ as eval_main
 from eval.grading.grader import RunConfig, grade_row
 from eval.grading.runfolder import read_rows
@@ -328,15 +329,16 @@ def test_the_rows_values_are_compared_as_json(logs, tmp_path):
             set_row(sample, {**row, **{k: f(row[k]) for k, f in fields.items()}})
         return edit
 
-    refused(forge(logs["genuine"], tmp_path, row_edit(seed=bool)), tmp_path,
-            "played seed false, but the task plays seed 0")
-    refused(forge(logs["genuine"], tmp_path, row_edit(lapsed=int)), tmp_path,
-            r"does not replay to its record \(lapsed differ\)")
-    refused(forge(logs["genuine"], tmp_path, row_edit(goods_left=int, escalated=int)), tmp_path,
-            r"does not replay to its record \(escalated, goods_left differ\)")
-    refused(forge(logs["genuine"], tmp_path, row_edit(calls=lambda calls: [
-        [float(c[0]), *c[1:]] for c in calls])), tmp_path,
-            "calls are not the tool calls of its conversation")
+    edits = [({"seed": bool}, "played seed false, but the task plays seed 0"),
+             ({"lapsed": int}, r"does not replay to its record \(lapsed differ\)"),
+             ({"goods_left": int, "escalated": int},
+              r"does not replay to its record \(escalated, goods_left differ\)"),
+             ({"calls": lambda calls: [[float(c[0]), *c[1:]] for c in calls]},
+              "calls are not the tool calls of its conversation")]
+    for fields, match in edits:
+        message = refused(forge(logs["genuine"], tmp_path, row_edit(**fields)), tmp_path, match)
+        assert "sample" in message and not (tmp_path / "refused").exists(), fields
+    assert not same(False, 0) and not same(120.0, 120)  # where Python's `==` says they are
 
 
 def test_a_conversation_cut_short_and_relabelled_as_a_context_overflow_is_refused(
