@@ -58,13 +58,15 @@ COMMANDS = {
                "bundles graded again on the private split (and the public), into a board"),
     "leaderboard": ("eval.board.page",
                     "a board as a ranked page with paired comparisons, ready to publish"),
+    "private-baselines": ("eval.board.baselines",
+                          "the sweeps' seeds on a board's private split, into their summaries"),
     "keygen": ("eval.grading.master_seed",
                "a private split's master seed (128 random bits) into a new file of mode 0600"),
 }
 
 
 def parser() -> argparse.ArgumentParser:
-    listing = "\n".join(f"    {name:<17}{text}" for name, (_, text) in COMMANDS.items())
+    listing = "\n".join(f"    {name:<19}{text}" for name, (_, text) in COMMANDS.items())
     top = argparse.ArgumentParser(prog="python -m eval", description=f"{__doc__}\n{listing}",
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="command", required=True)

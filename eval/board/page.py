@@ -134,6 +134,10 @@ def _provenance(entries: dict) -> list[str]:
            "split</th><th class='l'>machine</th><th class='l'>verified</th></tr>"]
     for name, e in sorted(entries.items()):
         form = e["form"] + (f"; sandbox: {describe(e['sandbox'])}" if "sandbox" in e else "")
+        if "sandbox_nodes" in e:  # graded on a Ray cluster: proven on each of its nodes
+            nodes = e["sandbox_nodes"]
+            form += (f"; proven on each of {nodes['nodes']} Ray nodes"
+                     + ("" if nodes["as_the_grader"] else " (some with other layers than the grader's)"))
         if "served_as" in e:
             form += f"; the endpoint answered as {', '.join(e['served_as']) or '?'}"
         machine = e["machine"]

@@ -47,6 +47,18 @@ PUBLISHED = ("name", "kind", "spec", "privileged", "bundle_sha256", "status", "p
              "machine", "model", "served_as", "verified_at")
 
 
+def published(entry: dict) -> dict:
+    """What the page and `board.json` show of an entry: `PUBLISHED`, and of `sandbox_nodes`
+    (a Ray cluster's nodes by host name, which the operator keeps) how many proved the sandbox
+    and whether every one proved what the grader's machine did."""
+    shown = {k: entry[k] for k in PUBLISHED if k in entry}
+    if "sandbox_nodes" in entry:
+        nodes = list(entry["sandbox_nodes"].values())
+        shown["sandbox_nodes"] = {"nodes": len(nodes),
+                                  "as_the_grader": all(n == entry.get("sandbox") for n in nodes)}
+    return shown
+
+
 def read_board(board: Path) -> list[tuple[dict, list[dict]]]:
     """(entry.json, its private rows) of every entry of `board`, by name; the rows are read
     checked (`read_rows`: each line's checksum)."""
@@ -170,10 +182,10 @@ def standings(board: list[tuple[dict, list[dict]]]) -> dict:
     for entry, rows in board:
         if entry["status"] == "verified" and rows:
             groups.setdefault(group_key(entry), []).append((entry, rows))
-    published = {e["name"]: {k: e[k] for k in PUBLISHED if k in e} for e, _ in board}
+    shown = {e["name"]: published(e) for e, _ in board}
     return {"groups": [{"key": key, "probe": members[0][0]["protocol"]["probe"],
                         **rules(members), **_group(members)}
                        for key, members in sorted(groups.items(), key=_arm_order)],
-            "not_ranked": [published[e["name"]] for e, rows in board
+            "not_ranked": [shown[e["name"]] for e, rows in board
                            if e["status"] != "verified" or not rows],
-            "entries": published}
+            "entries": shown}

@@ -26,7 +26,8 @@ which could carry what one of its private cases learned: `_graded`;
 SHA-256, `protocol` (seeds, subset, probe arm, tasks), `private` (the split's fingerprint, never
 its seed), `public` (its figures with intervals, and `claim_outside`: the author's claimed
 figures that fall outside their interval), `grader` (`provenance.grader_version`), `form` and, for
-outside code, `sandbox` (the layers the sandbox's self-test proved), for a model entry
+outside code, `sandbox` (the layers the sandbox's self-test proved; with `--backend ray` also
+`sandbox_nodes`, those it proved on each node of the cluster), for a model entry
 `served_as` (the names its endpoint answered under), and `machine`.
 """
 
@@ -49,7 +50,8 @@ import eval.grading.runfolder as runfolder
 from eval.board.bundle import Bundle, BundleError, read_bundle
 from eval.board.loading import check_loads, located, model_config
 from eval.board.provenance import FORMS, grader_version
-from eval.grading.grader import Incomplete, RunConfig, grade
+from eval.grading.distributed import require_ray
+from eval.grading.grader import BACKENDS, Incomplete, RunConfig, grade
 from eval.grading.master_seed import master_seed, seed_options
 from eval.models.arm import grade_model, read_transcript, stratified_subset
 from eval.stats.summary import summarize
@@ -160,7 +162,7 @@ def _grade(bundle: Bundle, config: RunConfig, out: Path, args: argparse.Namespac
         model = model_config(bundle, args.base_url, args.api_key_env, args.timeout)
         return grade_model(model, config, out, args.concurrency, not args.no_progress)
     return grade(config, out, workers=args.workers, progress=not args.no_progress,
-                 desc=f"{bundle.name} {config.split}")
+                 desc=f"{bundle.name} {config.split}", backend=args.backend)
 
 
 def claim_check(claimed: dict | None, figures: dict) -> list[str]:
@@ -257,8 +259,8 @@ def verify_one(bundle: Bundle, board: Path, grader: dict, where: dict,
                                      for line in read_transcript(path)
                                      if line.get("served_model")})
     run = run_folder(board, PRIVATE, bundle.name) / runfolder.MANIFEST
-    if run.is_file() and "sandbox" in json.loads(run.read_text()):
-        entry["sandbox"] = json.loads(run.read_text())["sandbox"]
+    pinned = json.loads(run.read_text()) if run.is_file() else {}
+    entry.update({k: pinned[k] for k in ("sandbox", "sandbox_nodes") if k in pinned})
     if "public" in graded:
         name = bundle.spec
         summary = summarize(graded["public"], load_corpus("public"), [name],
@@ -280,6 +282,8 @@ def verify(paths: list[Path], board: Path, args: argparse.Namespace
                          "FINALITY_MASTER_SEED)")
     if args.seeds < 1 or args.subset not in SUBSETS:
         raise ValueError(f"--seeds must be at least 1 and --subset one of {SUBSETS}")
+    if args.backend == "ray":
+        require_ray()  # Ray missing: an error now, before anything is written
     board = board.resolve()
     grader = grader_version()
     settings = {"protocol": {"seeds": list(range(args.seeds)), "subset": args.subset},
@@ -303,7 +307,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--subset", choices=SUBSETS, default="all",
                         help="every task (default), or the model arm's 48 stratified tasks of "
                              "each split (a cheaper board: its entries are ranked apart)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes, or Ray tasks in flight (default 2)")
+    parser.add_argument("--backend", choices=BACKENDS, default="local",
+                        help="where the cases run: worker processes here (default), or Ray tasks "
+                             "on the cluster RAY_ADDRESS names (else a Ray started here), on the "
+                             "nodes checked first (each sees the bundles' files here, on a shared "
+                             "filesystem; its sandbox self-tested); each node sees the private "
+                             "cases it grades: a cluster you trust with the split. Model entries "
+                             "are played from here, in threads")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     model = parser.add_argument_group("model entries: the endpoint that serves them")
     model.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint")

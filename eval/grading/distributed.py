@@ -2,7 +2,10 @@
 Ray tasks here, the sweep's seeds as Tune trials in `train/ray_backend.py`.
 
 The grader's chunks become Ray tasks, one CPU each, at most `workers` in flight; their lines are
-taken back in job order, so the episodes file is the one a local run writes, byte for byte.
+taken back in job order, so the episodes file is the one a local run writes, byte for byte. A
+chunk carries its own cases (`grader.Chunk`), never the private split's master seed, which stays
+in the driver: a node sees the cases it grades, which is why the private split is graded only on
+a cluster its operator trusts with the split (`eval verify --backend ray`, docs/trust.md).
 `connect()` joins the cluster named by `RAY_ADDRESS` and starts an embedded one otherwise (the
 sweep's Ray backend uses it too). Nothing imports Ray but through `require_ray()`, which every
 Ray backend calls before it writes anything: without the extra, `--backend ray` is one clear
@@ -11,6 +14,8 @@ error that says how to install it, not an import error halfway through a run.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from collections import deque
 from typing import Callable, Iterable, Iterator
@@ -44,17 +49,24 @@ def connect() -> None:
              log_to_driver=False)
 
 
-def ordered_map(fn: Callable, items: Iterable, workers: int) -> Iterator:
+def ordered_map(fn: Callable, items: Iterable, workers: int,
+                nodes: list[str] | None = None) -> Iterator:
     """`fn` over `items` as Ray tasks, results in the order of `items`; stopping the iteration
-    cancels the tasks still in flight."""
+    cancels the tasks still in flight. With `nodes` (ids, as `on_every_node` found them) the
+    tasks run on those nodes only, in turn: a node that joins the cluster later, never checked,
+    gets none."""
     ray = require_ray()
     connect()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     remote = ray.remote(num_cpus=1, max_retries=0)(fn)
     pending: deque = deque()
     items = iter(items)
     try:
-        for item in items:
-            pending.append(remote.remote(item))
+        for i, item in enumerate(items):
+            where = remote if not nodes else remote.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)],
+                                                                   soft=False))
+            pending.append(where.remote(item))
             if len(pending) >= workers:
                 yield ray.get(pending.popleft())
         while pending:
@@ -64,10 +76,12 @@ def ordered_map(fn: Callable, items: Iterable, workers: int) -> Iterator:
             ray.cancel(ref, force=True)
 
 
-def on_every_node(fn: Callable[[], object]) -> dict[str, object]:
-    """`fn()` once on every live node of the cluster that has a CPU, by host name: the sandbox's
-    self-test, which must hold where the cases run, not only where the driver does. A node where
-    it raises raises here, named."""
+def on_every_node(fn: Callable[[], object]) -> dict[str, tuple[str, object]]:
+    """`fn()` once on every live node of the cluster that has a CPU: {name: (node id, result)},
+    by host name (`host #1`, `host #2` for nodes of one host). The grader checks there what
+    must hold where the cases run, not only where the driver does (the sandbox's self-test, the
+    policies' files), and then grades on those nodes alone. A node where it raises raises here,
+    named."""
     ray = require_ray()
     connect()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -78,14 +92,55 @@ def on_every_node(fn: Callable[[], object]) -> dict[str, object]:
 
     remote = ray.remote(num_cpus=1, max_retries=0)(named)
     nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) >= 1]
-    refs = {node["NodeManagerAddress"]: remote.options(
+    refs = {(node["NodeManagerAddress"], node["NodeID"]): remote.options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
-        for node in nodes}
-    found = {}
-    for address, ref in refs.items():
+        for node in nodes}  # by node id: the nodes of one host share its address
+    found: dict[str, list] = {}
+    for (address, node_id), ref in refs.items():
         try:
             host, result = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
-            raise type(exc.cause)(f"on the Ray node {address}: {exc.cause}") from None
-        found[host] = result
-    return found
+            raise type(exc.cause)(f"on the Ray node {node_id[:12]} at {address}: "
+                                  f"{exc.cause}") from None
+        found.setdefault(host, []).append((node_id, result))
+    # Nodes that share a host (several `ray start` on one machine) are numbered, not merged, in
+    # an order of what they proved, not of their ids: the names of a restarted cluster are the
+    # same, so that a run resumes on it (a run pins them: `runfolder.pin`).
+    return {host if len(results) == 1 else f"{host} #{k}": pair
+            for host, results in sorted(found.items())
+            for k, pair in enumerate(sorted(results, key=lambda p: json.dumps(p[1])), 1)}
+
+
+def _node_check(specs: tuple[str, ...], identity: Callable[[str], str | None],
+                sandbox: bool) -> tuple[dict, object]:
+    """On a node: the hash of each policy's file as the node sees it (None: it cannot read it),
+    and what its sandbox proves (`self_test`), if asked."""
+    from agents.sandbox.self_test import self_test
+    seen = {}
+    for spec in specs:
+        try:
+            seen[spec] = identity(spec)
+        except OSError:
+            seen[spec] = None
+    return seen, self_test() if sandbox else None
+
+
+def check_nodes(inputs: dict[str, str], identity: Callable[[str], str | None],
+                sandbox: bool) -> tuple[list[str], dict | None]:
+    """Every node of the cluster checked before a case runs there: it sees each policy's file
+    (`inputs`: spec -> hash, by `identity`, the grader's `input_identity`) as the driver does,
+    at the same path with the same hash (the repository and the board on a filesystem every
+    node shares), and, for outside code (`sandbox`), its sandbox proves itself. The ids of the
+    nodes checked (the chunks go to them alone: `ordered_map`'s `nodes`) and, with `sandbox`,
+    what each one proved, by name. A node that fails is a ValueError naming it, before any case."""
+    found = on_every_node(functools.partial(_node_check, tuple(inputs), identity, sandbox))
+    for name, (_, (seen, _)) in found.items():
+        for spec, digest in inputs.items():
+            if seen[spec] != digest:
+                raise ValueError(
+                    f"the Ray node {name} does not see {spec} as this machine does (its file "
+                    f"is {'missing there' if seen[spec] is None else 'another there'}): every "
+                    "node must see the repository and the policies' files at the paths used "
+                    "here (a shared filesystem)")
+    proved = {name: result for name, (_, (_, result)) in found.items()} if sandbox else None
+    return [node for node, _ in found.values()], proved

@@ -148,11 +148,13 @@ def input_identity(spec: str) -> str | None:
     return hashlib.sha256(both).hexdigest()
 
 
-def grade_row(policy: Policy, name: str, task: Task, seed: int, config: RunConfig) -> dict:
+def grade_row(policy: Policy, name: str, task: Task, seed: int,
+              config: "RunConfig | Chunk") -> dict:
     """One graded episode as a JSONL row: the record, the policy's name, the failure label, the
     policy's own per-episode fields (a model's requests and tokens) and `calls`, the calls it
     made (`finality_gym.episode.compact_calls`), from which the engine rebuilds the episode that
-    was graded (`replay`) to show it."""
+    was graded (`replay`) to show it. `config` says how it is played (its `faults`, `probe`,
+    `costs` and `guard`)."""
     episode = play(policy, task, seed, faults=config.faults, probe=config.probe,
                    costs=config.costs, guard=config.guard)
     if isinstance(policy, ExternalPolicy):
@@ -215,7 +217,36 @@ class Incomplete(RuntimeError):
 _POLICIES: dict = {}
 
 
-def _run_chunk(args: tuple) -> tuple[list[str], list[dict], str | None]:
+@dataclass(frozen=True)
+class Chunk:
+    """A unit of parallel work as it travels to a worker process or a Ray task: its jobs, the
+    tasks they play (by id) and how they are played, and never the split. A private split is
+    made from its master seed, which stays in the grader's process: a Ray worker (another
+    machine's, on a cluster) gets the tasks of the chunks it grades, no more (their fields are
+    draws of the split's generator, though: a node is trusted with the split, docs/trust.md).
+    `faults`, `probe`, `costs` and `guard` are `RunConfig`'s, which `grade_row` reads."""
+
+    jobs: tuple[tuple[str, str, int], ...]
+    tasks: dict[str, Task]
+    names: dict[str, str]  # a policy's spec -> the name its rows carry
+    inputs: dict[str, str]  # a policy's spec -> the hash of what it loads (`input_identity`)
+    faults: FaultProfile
+    probe: str
+    costs: Costs
+    guard: bool
+    sandbox: bool
+    trust_pickles: bool
+
+    @classmethod
+    def of(cls, config: RunConfig, jobs: list, inputs: dict) -> "Chunk":
+        corpus = config.corpus
+        return cls(tuple(jobs), {t: corpus.task(t) for t in dict.fromkeys(j[1] for j in jobs)},
+                   {spec: config.name(spec) for spec in config.policies}, inputs,
+                   config.faults, config.probe, config.costs, config.guard, config.sandbox,
+                   config.trust_pickles)
+
+
+def _run_chunk(chunk: Chunk) -> tuple[list[str], list[dict], str | None]:
     """One chunk of jobs, run in a worker: the sealed lines in job order, and the error that
     stopped the chunk, if any (the lines of the jobs done before it stay good).
 
@@ -223,24 +254,23 @@ def _run_chunk(args: tuple) -> tuple[list[str], list[dict], str | None]:
     fork server), and its jobs were drawn at random from the whole run (`_grade_locked`), so
     nothing a fork server could count or keep reaches another chunk, and a chunk's place says
     nothing of its jobs."""
-    config, jobs, inputs = args
-    corpus = config.corpus
+    jobs, inputs = chunk.jobs, chunk.inputs
     outside = any(PolicySpec.parse(spec).kind == "outside" for spec in {job[0] for job in jobs})
     done: dict[int, tuple[str, dict]] = {}
     error = None
     for i in range(len(jobs)):
         spec, task_id, seed = jobs[i]
         try:
-            cached = (spec, inputs.get(spec), config.sandbox, config.trust_pickles)
+            cached = (spec, inputs.get(spec), chunk.sandbox, chunk.trust_pickles)
             policy = _POLICIES.get(cached)
             if policy is None:
-                policy = make_policy(spec, sandbox=config.sandbox,
-                                     allow_pickle=config.trust_pickles)
+                policy = make_policy(spec, sandbox=chunk.sandbox,
+                                     allow_pickle=chunk.trust_pickles)
                 if isinstance(policy, ExternalPolicy) and policy.digest != inputs[spec]:
                     raise PolicyLoadError(f"{spec} could not be loaded: its file changed after "
                                           "the run pinned its hash")
                 _POLICIES[cached] = policy
-            row = grade_row(policy, config.name(spec), corpus.task(task_id), seed, config)
+            row = grade_row(policy, chunk.names[spec], chunk.tasks[task_id], seed, chunk)
         except PolicyLoadError as exc:  # the code, not a case: no task to name
             error = str(exc)
             break
@@ -263,23 +293,23 @@ def _close_external() -> None:
         _POLICIES.pop(k).close()
 
 
-def _run_chunk_alone(args: tuple) -> tuple[list[str], list[dict], str | None]:
+def _run_chunk_alone(chunk: Chunk) -> tuple[list[str], list[dict], str | None]:
     """A chunk in a long-lived Ray worker: outside policies' processes do not outlive it."""
     try:
-        return _run_chunk(args)
+        return _run_chunk(chunk)
     finally:
         _close_external()
 
 
-def _in_processes(config: RunConfig, todo: list, inputs: dict, workers: int,
-                  backend: str) -> Iterator[tuple[int, list, list, str | None, list]]:
-    """Chunks of `CHUNK` jobs in worker processes (`local`) or Ray tasks (`ray`), taken back in
-    job order: (index of the chunk's first job, its lines, their rows without calls, the error
-    that stopped it, [])."""
-    chunks = ((config, todo[i:i + CHUNK], inputs) for i in range(0, len(todo), CHUNK))
+def _in_processes(config: RunConfig, todo: list, inputs: dict, workers: int, backend: str,
+                  nodes: list[str] | None) -> Iterator[tuple[int, list, list, str | None, list]]:
+    """Chunks of `CHUNK` jobs in worker processes (`local`) or Ray tasks (`ray`, on the `nodes`
+    checked), taken back in job order: (index of the chunk's first job, its lines, their rows
+    without calls, the error that stopped it, [])."""
+    chunks = (Chunk.of(config, todo[i:i + CHUNK], inputs) for i in range(0, len(todo), CHUNK))
     if backend == "ray":
         from eval.grading.distributed import ordered_map
-        results = ordered_map(_run_chunk_alone, chunks, workers)
+        results = ordered_map(_run_chunk_alone, chunks, workers, nodes)
     elif workers == 1:
         results = map(_run_chunk, chunks)
     else:
@@ -349,20 +379,13 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
         if backend not in BACKENDS:
             raise ValueError(f"--backend: unknown backend {backend!r}; valid: "
                              f"{', '.join(BACKENDS)}")
-        if backend == "ray":
-            if config.master_seed is not None:
-                raise ValueError("--backend ray does not grade the private split: its master "
-                                 "seed would travel to every Ray worker (another machine's, on "
-                                 "a cluster)")
+        if backend == "ray":  # (a private split's Ray tasks get their cases, not its seed)
             from eval.grading.distributed import require_ray
             require_ray()  # Ray missing: an error now, before anything is written
     outside = [s for s in config.policies if PolicySpec.parse(s).kind == "outside"]
     if outside:  # which sandbox the outside policies were graded in, proven before any case
         manifest = {**(manifest or {}), "sandbox": self_test() if config.sandbox
                     else "off"}
-        if backend == "ray" and config.sandbox:  # and on every node that grades, by host name
-            from eval.grading.distributed import on_every_node
-            manifest["sandbox_nodes"] = on_every_node(self_test)
     if isinstance(backend, str):
         # Fail now, not in a worker: an outside policy's code is loaded once, then let go; a
         # model is checked here, once a run, against the arm it is graded on (`make_policy`).
@@ -373,16 +396,22 @@ def grade(config: RunConfig, out: Path, workers: int = 1, progress: bool = True,
                 policy.preflight()
     inputs = {spec: digest for spec in config.policies
               if (digest := input_identity(spec)) is not None}
+    nodes = None
+    if backend == "ray":  # every node checked first, and the cases graded there alone
+        from eval.grading.distributed import check_nodes
+        nodes, proved = check_nodes(inputs, input_identity, bool(outside) and config.sandbox)
+        if proved is not None:  # what each node's sandbox proved, by host name
+            manifest["sandbox_nodes"] = proved
     runfolder.prepare(out)
     with runfolder.lock(out):
         runfolder.pin(out, {**config.manifest(), **(manifest or {})}, inputs)
-        return _grade_locked(config, out, workers, progress, desc, backend, inputs)
+        return _grade_locked(config, out, workers, progress, desc, backend, inputs, nodes)
 
 
 def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, desc: str,
-                  backend: str | Threads, inputs: dict) -> list[dict]:
+                  backend: str | Threads, inputs: dict, nodes: list[str] | None) -> list[dict]:
     path = out / runfolder.ROWS
-    rows = _rows_read_last(path)
+    rows = runfolder.rows_read_last(path)
     if rows is None:
         runfolder.repair(path)
         rows = [without_calls(row) for row in read_rows(path)]
@@ -406,7 +435,7 @@ def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, de
         if isinstance(backend, Threads):
             events = _in_threads(config, todo, backend)
         else:
-            events = _in_processes(config, todo, inputs, workers, backend)
+            events = _in_processes(config, todo, inputs, workers, backend, nodes)
         appender = OrderedAppender(path)
         waiting: dict[str, dict] = {}  # a line's row, until the line is written
         try:
@@ -438,45 +467,18 @@ def _grade_locked(config: RunConfig, out: Path, workers: int, progress: bool, de
         raise PolicyError(f"{error} (the {len(rows)} episodes recorded in {path} stay valid)")
     keys = [key(row) for row in rows]
     if runfolder.keep_in_order(path, keys, wanted):
-        _ROWS_READ_LAST.clear()  # `rows` are no longer in the file's order
+        runfolder.forget_rows()  # `rows` are no longer in the file's order
         rank = {job: i for i, job in enumerate(wanted)}
         rows, keys = zip(*sorted(zip(rows, keys), key=lambda pair: rank.get(pair[1], -1))) \
             if rows else ((), ())
     else:
-        _remember_rows(path, rows)
+        runfolder.remember_rows(path, rows)
     wanted_set = set(wanted)
     rows = [row for row, k in zip(rows, keys) if k in wanted_set]
     if len(rows) != len(wanted_set):
         raise ValueError(f"{path} holds {len(rows)} of the {len(wanted_set)} episodes of this "
                          "run (duplicated or foreign lines?)")
     return rows
-
-
-# The rows of the rows file that `grade` last held, without calls, by the SHA-256 of the file's
-# bytes (the rows are a function of them): `python -m eval all` grades the headline's folder
-# three times (the headline, then the cost sweep and the ablation's baseline reuse it), and
-# parsing and checking its 14,445 rows again cost a second each time, against a hundredth for
-# reading and hashing the file. One entry: the next run replaces it.
-_ROWS_READ_LAST: dict[bytes, list[dict]] = {}
-
-
-def _digest_of(path: Path) -> bytes | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).digest()
-    except FileNotFoundError:
-        return None
-
-
-def _rows_read_last(path: Path) -> list[dict] | None:
-    rows = _ROWS_READ_LAST.get(_digest_of(path)) if _ROWS_READ_LAST else None
-    return None if rows is None else [row.copy() for row in rows]
-
-
-def _remember_rows(path: Path, rows: list[dict]) -> None:
-    _ROWS_READ_LAST.clear()
-    digest = _digest_of(path)
-    if digest is not None:
-        _ROWS_READ_LAST[digest] = [row.copy() for row in rows]
 
 
 class _NoBar:

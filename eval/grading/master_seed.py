@@ -26,6 +26,12 @@ def master_seed(args: argparse.Namespace) -> int | None:
     if not given:
         return None
     source, value = given.popitem()
+    if source == "--master-seed" and getattr(args, "backend", "local") == "ray":
+        # Ray keeps the driver's command line in the cluster's job table (`ray list jobs`, the
+        # dashboard): anyone who can connect to the cluster would read the seed there
+        raise ValueError("--master-seed with --backend ray would put the seed in the Ray "
+                         "cluster's job table, which the cluster's users can read: give "
+                         "--master-seed-file (or FINALITY_MASTER_SEED)")
     if source == "--master-seed-file":
         try:
             with open(value, "rb") as f:
@@ -76,7 +82,8 @@ def seed_options(parser: argparse.ArgumentParser) -> None:
                              "printed and written, never the seed")
     parser.add_argument("--master-seed", type=int, default=None,
                         help="the master seed on the command line: WARNING, every process of the "
-                             "machine can read a command line; prefer --master-seed-file")
+                             "machine can read a command line (refused with --backend ray: the "
+                             "cluster's job table keeps it); prefer --master-seed-file")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -120,11 +120,13 @@ def baseline(scripted: dict[str, list[dict]], split: str, replicates: int = REPL
 
 
 def summarize_split(scripted: dict[str, list[dict]], learned: dict[int, list[dict]],
-                    split: str, best: str, replicates: int = REPLICATES) -> dict:
-    """One split's tables, against the scripted policy `best` (chosen on `public`)."""
+                    split: str, best: str, replicates: int = REPLICATES,
+                    corpus: Corpus | None = None) -> dict:
+    """One split's tables, against the scripted policy `best` (chosen on `public`); `corpus` is
+    the split's (a published split's by default; a private one is made from its seed)."""
     seeds = sorted(learned)
     every = [r for rs in scripted.values() for r in rs] + [r for s in seeds for r in learned[s]]
-    corpus = load_corpus(split)
+    corpus = corpus or load_corpus(split)
     frame = Units(corpus, every, replicates, BOOTSTRAP_SEED)
     counts = frame.counts
     seed_counts = seed_resample_counts(len(seeds), replicates, SEED_BOOTSTRAP_SEED)

@@ -6,7 +6,9 @@ Each SWEEP is a sweep folder (or a copy of its `summary.json`, `report.md` and `
 its seeds, the best unprivileged scripted policy of the arm (chosen on `public`, the split the
 learner trained on: `eval/sweeps/aggregate.py`), and on `regenerated` (never trained on) that policy's
 mean gap, the learned policy's across the seeds (two-way interval), the difference, and the
-probability of improvement. The caption names the machines the seeds trained on.
+probability of improvement; and, where the summary holds one, the difference on a leaderboard's
+private split (`python -m eval private-baselines` writes it first: `eval/board/baselines.py`).
+The caption names the machines the seeds trained on and the private split by its fingerprint.
 
 With `--readme PATH` the table replaces what stands between the two markers in PATH,
 
@@ -27,6 +29,7 @@ import re
 from pathlib import Path
 
 from finality_gym import PROBE_ARMS
+from finality_gym.corpus import PRIVATE
 
 from eval.grading.runfolder import SUMMARY
 from eval.reports.format import interval, number
@@ -58,12 +61,16 @@ def row(summary: dict, figure: str) -> str:
     scripted = split["scripted"][best]
     a = split["across_seeds"]
     seeds = summary["seeds"]
+    private = summary["splits"].get(PRIVATE, {}).get("across_seeds")
     return (f"| {summary['probe']} | {summary.get('algorithm', 'PPO')}, {len(seeds)} seeds | "
             f"{best} | {scripted['mean_gap']:.2f} {interval(scripted['mean_gap_ci'], number)} | "
             f"{a['mean_gap']:.2f} {interval(a['mean_gap_ci'], number)} | "
             f"**{a['vs_best_scripted']:+.2f}** {interval(a['vs_best_scripted_ci'], number)} | "
             f"{a['probability_of_improvement']:.2f} "
-            f"{interval(a['probability_of_improvement_ci'], number)} | [seeds]({figure}) |")
+            f"{interval(a['probability_of_improvement_ci'], number)} | "
+            + (f"**{private['vs_best_scripted']:+.2f}** "
+               f"{interval(private['vs_best_scripted_ci'], number)} | " if private else "- | ")
+            + f"[seeds]({figure}) |")
 
 
 def baselines_table(sources: list[Path], relative_to: Path) -> str:
@@ -75,8 +82,9 @@ def baselines_table(sources: list[Path], relative_to: Path) -> str:
     loaded.sort(key=lambda pair: (PROBE_ARMS.index(pair[0]["probe"]),
                                   pair[0].get("algorithm", "PPO")))
     lines = ["| probe arm | learned | best scripted (on public) | its gap $ [95% CI] | "
-             "learned gap $ [95% CI] | learned - scripted $ [95% CI] | P(improvement) | |",
-             "|---|---|---|---|---|---|---|---|"]
+             "learned gap $ [95% CI] | learned - scripted $ [95% CI] | P(improvement) | "
+             "private split: learned - scripted $ [95% CI] | |",
+             "|---|---|---|---|---|---|---|---|---|"]
     machines = []
     for summary, source in loaded:
         folder = source if source.is_dir() else source.parent
@@ -87,6 +95,13 @@ def baselines_table(sources: list[Path], relative_to: Path) -> str:
               "two-way intervals (units and training seeds resampled); the scripted policy of "
               "each arm is its best on `public`. Trained on: "
               + ("; ".join(machines) or "not recorded") + "."]
+    privates = sorted({(p["fingerprint"], p["protocol"]["tasks"], len(p["protocol"]["seeds"]))
+                       for summary, _ in loaded if (p := summary["splits"].get(PRIVATE))})
+    if privates:
+        lines[-1] += (" Private split: the seeds' models and the arm's rules verified on a "
+                      "leaderboard's split ("
+                      + "; ".join(f"{f}, {t} tasks x {n} seeds" for f, t, n in privates)
+                      + "), the same two-way intervals.")
     return "\n".join(lines)
 
 
@@ -113,9 +128,14 @@ def sources_in(path: Path) -> list[Path]:
     return [path.parent / s for s in found[1].split()]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def sweeps_argument(parser: argparse.ArgumentParser) -> None:
+    """The sweeps a command reads (this one, `eval private-baselines`)."""
     parser.add_argument("sweeps", nargs="+", type=Path,
                         help="sweep folders (python -m train sweep --out), or their summary.json")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sweeps_argument(parser)
     parser.add_argument("--readme", type=Path, default=None,
                         help="write the table between this file's baselines markers instead "
                              "of printing it")

@@ -132,6 +132,27 @@ def test_a_low_seed_is_refused_from_every_source(tmp_path, capsys, monkeypatch, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["headline", "verify"])
+def test_a_master_seed_on_the_command_line_is_refused_on_ray(tmp_path, capsys, monkeypatch,
+                                                             command):
+    """Ray keeps the driver's command line in the cluster's job table: refused before anything
+    is started or written, the seed not echoed; the file form is accepted."""
+    monkeypatch.delenv("FINALITY_MASTER_SEED", raising=False)
+    out = tmp_path / "run"
+    given = ["--policies", "finality_gate"] if command == "headline" else [str(tmp_path / "x")]
+    assert main([command, *given, *(["--split", "private"] if command == "headline" else []),
+                 "--master-seed", str(SEED), "--backend", "ray", "--out", str(out),
+                 "--no-progress"]) == 2
+    printed = capsys.readouterr()
+    assert "--master-seed with --backend ray would put the seed in the Ray cluster's job " \
+        "table" in printed.err
+    assert str(SEED) not in printed.out + printed.err and not out.exists()
+    assert master_seed(Namespace(master_seed=None, master_seed_file=None, backend="ray")) is None
+    (tmp_path / "seed").write_text(f"{SEED}\n")
+    assert master_seed(Namespace(master_seed=None, master_seed_file=tmp_path / "seed",
+                                 backend="ray")) == SEED
+
+
 def test_the_master_seed_is_read_whole_and_checked(tmp_path, monkeypatch):
     monkeypatch.delenv("FINALITY_MASTER_SEED", raising=False)
     file = tmp_path / "seed.txt"

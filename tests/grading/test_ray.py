@@ -6,6 +6,7 @@ a state Tune restores, and the grader's chunks on Ray write the local episodes f
 
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 import ray
 from ray import tune
 
-from eval.grading.grader import RunConfig, grade
+from eval.grading.grader import Chunk, RunConfig, grade
+from finality_gym.corpus import private_corpus
 from train.__main__ import main as train_cli
 
 from tests.training.test_sweep import TINY, Sweep, same_model, snapshot
@@ -218,9 +220,19 @@ def test_the_eval_cli_grades_on_ray(cluster, tmp_path):
     assert summary["policies"]["finality_gate"]["episodes"] == 321
 
 
-def test_the_private_split_is_not_graded_on_ray(cluster, tmp_path):
-    with pytest.raises(ValueError, match="does not grade the private split"):
-        grade(RunConfig(("finality_gate",), split="private",
-                        master_seed=0x19af95c36892739c6fe61330c9efc9e00, seeds=(0,)),
-              tmp_path / "private", progress=False, backend="ray")
-    assert not (tmp_path / "private").exists()
+def test_the_private_split_on_ray_sends_its_cases_never_its_seed(cluster, tmp_path):
+    """A chunk as it travels to a Ray task holds the tasks it plays and not the master seed
+    (it stays in the driver: a node sees the cases it grades); the file is the local one."""
+    seed = 0x19af95c36892739c6fe61330c9efc9e00
+    tasks = tuple(t.task_id for t in private_corpus(seed).tasks[:20])
+    config = RunConfig(("finality_gate", "react"), split="private", master_seed=seed,
+                       seeds=(0,), tasks=tasks)
+    chunk = pickle.dumps(Chunk.of(config, config.jobs()[:10], {}))
+    assert seed.to_bytes(17, "little") not in chunk and str(seed).encode() not in chunk
+    assert pickle.dumps(config).count(seed.to_bytes(17, "little")) == 1  # (the check can see)
+    assert tasks[0].encode() in chunk
+    grade(config, tmp_path / "local", workers=2, progress=False)
+    grade(config, tmp_path / "ray", workers=2, progress=False, backend="ray")
+    local = (tmp_path / "local" / "episodes.jsonl").read_bytes()
+    assert local == (tmp_path / "ray" / "episodes.jsonl").read_bytes()
+    assert local.count(b"\n") == 40

@@ -140,7 +140,8 @@ def test_every_chunk_gets_a_fresh_fork_server(tmp_path, sandbox):
     counts = []
     try:
         for chunk in (tasks[:6], tasks[6:]):
-            lines, _, error = grader._run_chunk((config, [(spec, t, 0) for t in chunk], inputs))
+            lines, _, error = grader._run_chunk(
+                grader.Chunk.of(config, [(spec, t, 0) for t in chunk], inputs))
             assert error is None and len(lines) == len(chunk), error
             counts.append([json.loads(line)["calls"][0][2] for line in lines])
     finally:

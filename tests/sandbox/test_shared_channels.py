@@ -260,7 +260,8 @@ def test_no_chunk_reads_the_page_cache_an_earlier_chunk_set(medium, monkeypatch,
     rows = []
     try:
         for chunk in (tasks[:6], tasks[6:]):
-            lines, _, error = grader._run_chunk((config, [(spec, t, 0) for t in chunk], inputs))
+            lines, _, error = grader._run_chunk(
+                grader.Chunk.of(config, [(spec, t, 0) for t in chunk], inputs))
             assert error is None and len(lines) == len(chunk), error
             rows.append([json.loads(line) for line in lines])
     finally:

@@ -7,12 +7,15 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import eval.sweeps.aggregate as aggregate
 from eval.__main__ import main as eval_cli
 from eval.sweeps.baselines import END, baselines_table, sources_in
 from eval.grading.grader import RunConfig, grade
+from eval.grading.runfolder import read_rows
+from finality_gym.corpus import new_master_seed
 from agents.registry import HEADLINE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,3 +114,54 @@ def test_a_readme_without_its_markers_or_a_folder_without_a_sweep_is_an_error_th
     assert eval_cli(["baselines", str(tmp_path / "nothing"), "--readme", str(readme)]) == 2
     assert "no summary.json (not a finished sweep)" in capsys.readouterr().err
     assert readme.read_text() == kept
+
+
+def test_the_seeds_on_a_boards_private_split_are_written_into_the_summary_and_the_table(
+        sweep, tmp_path, capsys):
+    """`eval private-baselines`: the sweep's seeds as the board's entries `ppo.full.seed<k>`
+    and the arm's rules, on its private split, against the rule chosen on public; refused,
+    writing nothing, without every seed or with another split's master seed."""
+    folder = tmp_path / "sweep"
+    shutil.copytree(sweep, folder)
+    (tmp_path / "seed").write_text(f"{new_master_seed()}\n")
+    (tmp_path / "other").write_text(f"{new_master_seed()}\n")
+    bundles = {"ppo.full.seed0": f"sb3:{ROOT / 'models' / 'ppo_full.zip'}",
+               "ppo.full.seed1": f"sb3:{ROOT / 'models' / 'ppo_full.zip'}",
+               "finality_gate.full": "finality_gate", "react.full": "react",
+               "react.none": "react"}  # another arm's: not this sweep's
+    for name, spec in bundles.items():
+        probe = name.split(".")[1]
+        assert eval_cli(["submit", spec, "--name", name, "--probe", probe, "--out",
+                         str(tmp_path / f"{name}.finality")]) == 0
+    verify = ["--master-seed-file", str(tmp_path / "seed"), "--subset", "stratified",
+              "--seeds", "1", "--workers", "1", "--no-progress"]
+    board = tmp_path / "board"
+    assert eval_cli(["verify", *[str(tmp_path / f"{n}.finality") for n in bundles if n !=
+                                 "ppo.full.seed1"], *verify, "--out", str(board)]) == 0
+    before = (folder / "summary.json").read_bytes()
+    baselines = ["private-baselines", str(folder), "--board", str(board)]
+    assert eval_cli([*baselines, "--master-seed-file", str(tmp_path / "seed")]) == 2
+    assert "holds the seeds [0] of probe arm full as ppo.full.seed<k>; the sweep has [0, 1]" in \
+        capsys.readouterr().err
+    assert eval_cli(["verify", str(tmp_path / "ppo.full.seed1.finality"), *verify, "--out",
+                     str(board)]) == 0
+    assert eval_cli([*baselines, "--master-seed-file", str(tmp_path / "other")]) == 2
+    assert "the master seed given makes" in capsys.readouterr().err
+    assert (folder / "summary.json").read_bytes() == before  # refused: nothing written
+    assert eval_cli([*baselines, "--master-seed-file", str(tmp_path / "seed")]) == 0
+    private = json.loads((folder / "summary.json").read_text())["splits"]["private"]
+    assert private["best_scripted"] == "finality_gate" and set(private["scripted"]) == {
+        "finality_gate", "react"}
+    gap = {name: np.mean([r["gap"] for r in read_rows(board / "private" / name /
+                                                      "episodes.jsonl")]) / 100
+           for name in ("ppo.full.seed0", "finality_gate.full")}
+    assert len(private["per_unit"]["mean_gap"]) == 2
+    assert private["across_seeds"]["vs_best_scripted"] == pytest.approx(
+        gap["ppo.full.seed0"] - gap["finality_gate.full"], abs=1e-6)
+    seed = (tmp_path / "seed").read_text().strip()
+    assert private["protocol"]["tasks"] == 48 and seed not in (folder / "summary.json").read_text()
+    table = baselines_table([folder], tmp_path)
+    a = private["across_seeds"]
+    assert (f"| **{a['vs_best_scripted']:+.2f}** [{a['vs_best_scripted_ci'][0]:.2f}, "
+            f"{a['vs_best_scripted_ci'][1]:.2f}] | [seeds]") in table
+    assert f"leaderboard's split ({private['fingerprint']}, 48 tasks x 1 seeds)" in table

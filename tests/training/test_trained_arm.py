@@ -8,6 +8,7 @@ shipped `models/ppo_full.zip`, a graph exported from it) is graded with one note
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -127,34 +128,55 @@ def test_grading_it_on_its_own_arm_works(run, tmp_path, capsys):
 
 
 def test_a_bundle_is_graded_on_the_arm_its_model_was_trained_for(run, tmp_path, capsys):
-    _, graph = run
+    """The model as `onnx:` and as `sb3:`, and two rules, submitted with `--probe none`, are
+    verified on that arm and shown (headless chromium) in the `none` group with its gate and
+    its best rule; the model submitted for the full arm is refused, its arm named."""
+    from tests.site.test_view import Recorder, dom  # skips this test where chromium is missing
+    folder, graph = run
     (tmp_path / "seed").write_text(f"{new_master_seed()}\n")
-    full, bundle = tmp_path / "full.finality", tmp_path / "np.finality"
-    assert eval_cli(["submit", f"onnx:{graph}", "--name", "np", "--out", str(full)]) == 2
-    assert REFUSED.format(spec=f"onnx:{graph}", arm="full") in capsys.readouterr().err
-    assert not full.exists()
-    assert eval_cli(["submit", f"onnx:{graph}", "--name", "np", "--probe", "none", "--out",
-                     str(bundle)]) == 0
-    assert read_bundle(bundle).manifest["probe"] == "none" == read_bundle(bundle).probe
+    specs = {"np": f"onnx:{graph}", "np-sb3": f"sb3:{folder / 'best_model.zip'}",
+             "gate": "finality_gate", "sop": "sop"}
+    for name, spec in list(specs.items())[:2]:
+        full = tmp_path / f"{name}-full.finality"
+        assert eval_cli(["submit", spec, "--name", name, "--out", str(full)]) == 2
+        assert REFUSED.format(spec=spec, arm="full") in capsys.readouterr().err
+        assert not full.exists()
+    bundles = [str(tmp_path / f"{name}.finality") for name in specs]
+    for (name, spec), bundle in zip(specs.items(), bundles):
+        assert eval_cli(["submit", spec, "--name", name, "--probe", "none", "--out",
+                         bundle]) == 0
+        assert read_bundle(Path(bundle)).manifest["probe"] == "none" == \
+            read_bundle(Path(bundle)).probe
     verify = ["--master-seed-file", str(tmp_path / "seed"), "--subset", "stratified",
               "--seeds", "1", "--workers", "1", "--no-progress"]
-    # the same bundle with its manifest edited to the full arm is refused, naming both arms
-    edited = {k: v for k, v in read_bundle(bundle).manifest.items() if k not in ("format",
-                                                                                 "files")}
-    (tmp_path / "edited.finality").write_bytes(
-        pack({**edited, "probe": "full"}, read_bundle(bundle).files))
+    # the onnx bundle with its manifest edited to the full arm is refused, naming both arms
+    np_bundle = read_bundle(Path(bundles[0]))
+    edited = {k: v for k, v in np_bundle.manifest.items() if k not in ("format", "files")}
+    (tmp_path / "edited.finality").write_bytes(pack({**edited, "probe": "full"},
+                                                    np_bundle.files))
     assert eval_cli(["verify", str(tmp_path / "edited.finality"), *verify, "--out",
                      str(tmp_path / "refused")]) == 2
     assert REFUSED.format(spec="bundle np (onnx:model.onnx)", arm="full") in \
         capsys.readouterr().err
-    assert eval_cli(["verify", str(bundle), *verify, "--out", str(tmp_path / "board")]) == 0
+    assert eval_cli(["verify", *bundles, *verify, "--out", str(tmp_path / "board")]) == 0
     board = tmp_path / "board"
-    entry = json.loads((board / "entries" / "np" / "entry.json").read_text())
-    assert entry["status"] == "verified" and entry["protocol"]["probe"] == "none"
-    for split in ("public", "private"):
-        assert json.loads((board / split / "np" / "run.json").read_text())["probe"] == "none"
-        rows = read_rows(board / split / "np" / "episodes.jsonl")
-        assert len(rows) == 48 and {row["probe"] for row in rows} == {"none"}
+    entries = {n: json.loads((board / "entries" / n / "entry.json").read_text()) for n in specs}
+    for name, entry in entries.items():
+        assert entry["status"] == "verified" and entry["protocol"]["probe"] == "none", name
+        for split in ("public", "private"):
+            assert json.loads((board / split / name / "run.json").read_text())["probe"] == "none"
+            rows = read_rows(board / split / name / "episodes.jsonl")
+            assert len(rows) == 48 and {row["probe"] for row in rows} == {"none"}
+    assert eval_cli(["leaderboard", str(board), "--out", str(tmp_path / "site")]) == 0
+    page = dom((tmp_path / "site" / "index.html").as_uri(), Recorder())
+    groups = re.findall(r"<section [^>]*data-probe=.([a-z_]+).>", page)  # (quotes: chromium's)
+    assert groups == ["none"]  # nothing of theirs on another arm
+    ranking = re.search(r"<table class=\"ranking\">(.*?)</table>", page, re.S).group(1)
+    assert sorted(re.findall(r'<tr data-entry="([^"]+)">', ranking)) == sorted(specs)
+    publics = {n: entries[n]["public"]["mean_gap"] for n in ("gate", "sop")}
+    best = min(publics, key=lambda n: (publics[n], n))
+    assert re.search(r"<b data-gate[^>]*>gate</b>", page)  # (chromium writes data-gate="")
+    assert re.search(rf"<b data-best-rule[^>]*>{best}</b>", page)
 
 
 def test_a_bundle_names_a_known_arm_or_none(tmp_path):
