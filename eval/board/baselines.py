@@ -26,6 +26,7 @@ from finality_gym.corpus import PRIVATE, private_corpus
 from eval.board.standings import read_board
 from eval.grading.master_seed import master_seed, seed_options
 from eval.grading.runfolder import SUMMARY, write_atomic
+from eval.reports.format import interval, number
 from eval.sweeps.aggregate import dumps, summarize_split
 from eval.sweeps.baselines import load, sweeps_argument
 
@@ -91,8 +92,9 @@ def main(args: argparse.Namespace) -> int:
     splits = [private_split(summary, args.board, seed) for summary in loaded]
     for source, summary, split in zip(args.sweeps, loaded, splits):
         write_private(source, summary, split)
-        across = split["across_seeds"]
+        diff, ci = split["across_seeds"]["vs_best_scripted"], split["across_seeds"][
+            "vs_best_scripted_ci"]
         print(f"{source}: probe arm {summary['probe']} on the private split "
-              f"{split['fingerprint']}: learned - {split['best_scripted']} "
-              f"{across['vs_best_scripted']:+.2f} {across['vs_best_scripted_ci']}")
+              f"{split['fingerprint']}: learned - {split['best_scripted']} {diff:+.2f} "
+              f"{interval(ci, number)}")
     return 0

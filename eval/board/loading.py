@@ -31,7 +31,8 @@ PLACEHOLDER_URL = "http://127.0.0.1:1/v1"  # a model entry's settings are checke
 POLICY_SHOWN = "<bundle>"  # the scratch folder's name in a refusal
 
 
-def _package(bundle: Bundle) -> bool:
+def is_package(bundle: Bundle) -> bool:
+    """An outside policy submitted as a package (found on an import path), not a file."""
     return bundle.kind == "outside" and not PolicySpec.parse(bundle.spec).target.endswith(".py")
 
 
@@ -58,7 +59,7 @@ def located(bundle: Bundle, folder: Path, submitting: bool = False):
         return nullcontext(f"{parsed.kind}:{folder / parsed.target}")
     if bundle.kind != "outside":
         return nullcontext(bundle.spec)
-    if not _package(bundle):
+    if not is_package(bundle):
         return nullcontext(f"{folder / parsed.target}:{parsed.arguments}")
     top = parsed.target.split(".")[0]
     if submitting:

@@ -48,9 +48,9 @@ from finality_gym.corpus import PRIVATE, private_corpus
 
 import eval.grading.runfolder as runfolder
 from eval.board.bundle import Bundle, BundleError, read_bundle
-from eval.board.loading import check_loads, located, model_config
+from eval.board.loading import check_loads, is_package, located, model_config
 from eval.board.provenance import FORMS, grader_version
-from eval.grading.distributed import require_ray
+from eval.grading.distributed import connect, require_ray
 from eval.grading.grader import BACKENDS, Incomplete, RunConfig, grade
 from eval.grading.master_seed import master_seed, seed_options
 from eval.models.arm import grade_model, read_transcript, stratified_subset
@@ -77,12 +77,13 @@ def _recorded(board: Path, name: str) -> dict | None:
 
 
 def check_all(paths: list[Path], board: Path, grader: dict, base_url: str | None,
-              settings: dict) -> tuple[list[tuple[Path, str]], list[str]]:
+              settings: dict, backend: str = "local") -> tuple[list[tuple[Path, str]], list[str]]:
     """Every bundle read, checked and loaded, and each fit for the board (`settings`: the
     protocol and the private split's fingerprint an entry already there must share), before
     anything is written. Returns the accepted bundles, each with the SHA-256 `verify` holds it
     to when it reads it again to grade it, and the refusals: a bundle refused for itself
-    (tampered, unsafe, over a limit, does not load: `BundleError`) is left out with its reason
+    (tampered, unsafe, over a limit, does not load: `BundleError`; with `backend` ray, a
+    package, whose folder Ray would need on its nodes' import path) is left out with its reason
     and the others go on; an operator's error (two bundles of one name, a model entry without
     `--base-url`, a clash with the board) stops the run, as does a run where every bundle was
     refused. One bundle is held in memory at a time (each may hold up to `MAX_BYTES`)."""
@@ -100,6 +101,11 @@ def check_all(paths: list[Path], board: Path, grader: dict, base_url: str | None
             check_loads(bundle)
         except BundleError as exc:
             refused.append(str(exc))
+            continue
+        if backend == "ray" and is_package(bundle):
+            refused.append(f"bundle {bundle.name}: a package ({bundle.spec}) is verified with "
+                           "--backend local: on Ray its folder would have to be on every "
+                           "node's import path, where Ray's own imports would find it too")
             continue
         if bundle.kind == "model" and base_url is None:
             raise ValueError(f"bundle {bundle.name} is a model entry: give --base-url (and "
@@ -282,13 +288,14 @@ def verify(paths: list[Path], board: Path, args: argparse.Namespace
                          "FINALITY_MASTER_SEED)")
     if args.seeds < 1 or args.subset not in SUBSETS:
         raise ValueError(f"--seeds must be at least 1 and --subset one of {SUBSETS}")
-    if args.backend == "ray":
-        require_ray()  # Ray missing: an error now, before anything is written
+    if args.backend == "ray":  # Ray missing: an error now, before anything is written; and
+        require_ray()  # joined (or started, with none of a bundle's environment) before any
+        connect()      # bundle is read, so that nothing a bundle sets reaches a Ray process
     board = board.resolve()
     grader = grader_version()
     settings = {"protocol": {"seeds": list(range(args.seeds)), "subset": args.subset},
                 "fingerprint": private_corpus(args.master_seed).fingerprint}
-    accepted, refused = check_all(paths, board, grader, args.base_url, settings)
+    accepted, refused = check_all(paths, board, grader, args.base_url, settings, args.backend)
     for reason in refused:
         print(f"verify: refused, not graded: {reason}", file=sys.stderr)
     runfolder.prepare(board)

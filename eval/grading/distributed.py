@@ -15,12 +15,17 @@ error that says how to install it, not an import error halfway through a run.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import re
 from collections import deque
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 INSTALL = "pip install -c constraints.txt -e '.[ray]' (make installs it)"
+UNSHARED = ("PYTHONPATH", "FINALITY_MASTER_SEED")  # never in an embedded Ray's environment
+SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)  # nor these
 
 
 def require_ray():
@@ -43,10 +48,19 @@ def connect() -> None:
     if ray.is_initialized():
         return
     address = os.environ.get("RAY_ADDRESS")
+    hidden = {}
     if not address:
         os.environ.setdefault("RAY_worker_niceness", "0")
-    ray.init(address=address, include_dashboard=False, configure_logging=False,
-             log_to_driver=False)
+        # The processes an embedded Ray starts keep this environment for the whole run: never
+        # a bundle's folder on the import path (its code would be imported by Ray itself,
+        # outside the sandbox), nor the master seed or a key
+        hidden = {k: os.environ.pop(k) for k in list(os.environ)
+                  if k in UNSHARED or SECRET.search(k)}
+    try:
+        ray.init(address=address, include_dashboard=False, configure_logging=False,
+                 log_to_driver=False)
+    finally:
+        os.environ.update(hidden)
 
 
 def ordered_map(fn: Callable, items: Iterable, workers: int,
@@ -63,7 +77,7 @@ def ordered_map(fn: Callable, items: Iterable, workers: int,
     items = iter(items)
     try:
         for i, item in enumerate(items):
-            where = remote if not nodes else remote.options(
+            where = remote if nodes is None else remote.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)],
                                                                    soft=False))
             pending.append(where.remote(item))
@@ -100,8 +114,8 @@ def on_every_node(fn: Callable[[], object]) -> dict[str, tuple[str, object]]:
         try:
             host, result = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
-            raise type(exc.cause)(f"on the Ray node {node_id[:12]} at {address}: "
-                                  f"{exc.cause}") from None
+            raise ValueError(f"on the Ray node {node_id[:12]} at {address}: "
+                             f"{type(exc.cause).__name__}: {exc.cause}") from exc.cause
         found.setdefault(host, []).append((node_id, result))
     # Nodes that share a host (several `ray start` on one machine) are numbered, not merged, in
     # an order of what they proved, not of their ids: the names of a restarted cluster are the
@@ -111,30 +125,65 @@ def on_every_node(fn: Callable[[], object]) -> dict[str, tuple[str, object]]:
             for k, pair in enumerate(sorted(results, key=lambda p: json.dumps(p[1])), 1)}
 
 
+def code_digest() -> str:
+    """A digest of the grader's code as this process imports it (every source file of
+    `finality_gym`, `agents` and `eval`): nodes that grade alike run the same code."""
+    import agents
+    import finality_gym
+    roots = {"finality_gym": Path(finality_gym.__file__).parent,
+             "agents": Path(agents.__file__).parent, "eval": Path(__file__).resolve().parents[1]}
+    digest = hashlib.sha256()
+    for name, root in roots.items():
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _facts() -> dict:
+    """What a node must share with the driver for its rows to be the driver's: the grader's
+    code and a case's limits (from the node's own environment)."""
+    from agents.sandbox.limits import limits
+    return {"code": code_digest(), "limits": limits()}
+
+
 def _node_check(specs: tuple[str, ...], identity: Callable[[str], str | None],
-                sandbox: bool) -> tuple[dict, object]:
+                sandbox: bool) -> tuple[dict, object, dict, int]:
     """On a node: the hash of each policy's file as the node sees it (None: it cannot read it),
-    and what its sandbox proves (`self_test`), if asked."""
+    what its sandbox proves (`self_test`), if asked, its `_facts` and its workers' priority."""
     from agents.sandbox.self_test import self_test
     seen = {}
     for spec in specs:
         try:
             seen[spec] = identity(spec)
-        except OSError:
+        except (OSError, ValueError):  # a missing file is a ValueError of the spec's loader
             seen[spec] = None
-    return seen, self_test() if sandbox else None
+    return seen, self_test() if sandbox else None, _facts(), os.nice(0)
 
 
 def check_nodes(inputs: dict[str, str], identity: Callable[[str], str | None],
                 sandbox: bool) -> tuple[list[str], dict | None]:
-    """Every node of the cluster checked before a case runs there: it sees each policy's file
-    (`inputs`: spec -> hash, by `identity`, the grader's `input_identity`) as the driver does,
-    at the same path with the same hash (the repository and the board on a filesystem every
-    node shares), and, for outside code (`sandbox`), its sandbox proves itself. The ids of the
-    nodes checked (the chunks go to them alone: `ordered_map`'s `nodes`) and, with `sandbox`,
-    what each one proved, by name. A node that fails is a ValueError naming it, before any case."""
+    """Every node of the cluster checked before a case runs there: it runs the driver's code
+    with its limits (`_facts`), at normal priority (a case's time limit is wall time: a starved
+    worker would fail the entry), sees each policy's file (`inputs`: spec -> hash, by
+    `identity`, the grader's `input_identity`) as the driver does, at the same path with the
+    same hash (the repository and the board on a filesystem every node shares), and, for outside
+    code (`sandbox`), its sandbox proves itself. The ids of the nodes checked (the chunks go to
+    them alone: `ordered_map`'s `nodes`) and, with `sandbox`, what each one proved, by name. A
+    node that fails, or a cluster without one, is a ValueError naming it, before any case."""
     found = on_every_node(functools.partial(_node_check, tuple(inputs), identity, sandbox))
-    for name, (_, (seen, _)) in found.items():
+    if not found:
+        raise ValueError("the Ray cluster has no node with a CPU to check: the cases would "
+                         "wait for nodes that join later, never checked")
+    mine = _facts()
+    for name, (_, (seen, _, facts, nice)) in found.items():
+        for what in ("code", "limits"):
+            if facts[what] != mine[what]:
+                raise ValueError(f"the Ray node {name} runs other grader {what} than this "
+                                 f"machine ({facts[what]} there, {mine[what]} here)")
+        if nice != 0:
+            raise ValueError(f"the Ray node {name} runs its workers at nice {nice}: start it "
+                             "with RAY_worker_niceness=0 (a case's time limit is wall time)")
         for spec, digest in inputs.items():
             if seen[spec] != digest:
                 raise ValueError(
@@ -142,5 +191,5 @@ def check_nodes(inputs: dict[str, str], identity: Callable[[str], str | None],
                     f"is {'missing there' if seen[spec] is None else 'another there'}): every "
                     "node must see the repository and the policies' files at the paths used "
                     "here (a shared filesystem)")
-    proved = {name: result for name, (_, (_, result)) in found.items()} if sandbox else None
+    proved = {name: result[1] for name, (_, result) in found.items()} if sandbox else None
     return [node for node, _ in found.values()], proved

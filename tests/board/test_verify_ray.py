@@ -30,13 +30,13 @@ NAMES = ("probe", "ppo", "gate")
 
 
 @contextmanager
-def two_nodes(nodes: int = 2):
-    """A cluster of `nodes` nodes of one CPU (two by default) and its address. Its workers at
-    normal priority (`distributed.connect`'s reason)."""
-    niceness = os.environ.get("RAY_worker_niceness")
-    os.environ["RAY_worker_niceness"] = "0"
+def two_nodes(nodes: int = 2, head_cpus: int = 1, niceness: str = "0"):
+    """A cluster of `nodes` nodes (two by default; the head with `head_cpus` CPUs, the others
+    one) and its address, its workers at `niceness` (0: `distributed.connect`'s reason)."""
+    before = os.environ.get("RAY_worker_niceness")
+    os.environ["RAY_worker_niceness"] = niceness
     cluster = Cluster(initialize_head=True,
-                      head_node_args={"num_cpus": 1, "include_dashboard": False})
+                      head_node_args={"num_cpus": head_cpus, "include_dashboard": False})
     try:
         for _ in range(nodes - 1):
             cluster.add_node(num_cpus=1)
@@ -44,10 +44,10 @@ def two_nodes(nodes: int = 2):
         yield cluster, cluster.address
     finally:
         cluster.shutdown()
-        if niceness is None:
+        if before is None:
             del os.environ["RAY_worker_niceness"]
         else:
-            os.environ["RAY_worker_niceness"] = niceness
+            os.environ["RAY_worker_niceness"] = before
 
 
 def _bundles(base: Path) -> list[str]:
@@ -162,3 +162,46 @@ def test_a_node_that_joins_mid_run_grades_nothing_and_a_node_that_sees_other_fil
         assert other.returncode != 0
         assert (f"ValueError: the Ray node {socket.gethostname()} #1 does not see {spec} as "
                 "this machine does (its file is another there)") in other.stderr
+        # a package bundle is verified locally: on Ray its folder would be on Ray's own path
+        package = tmp_path / "src" / "lang_pkg"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "agent.py").write_text(LANG_SAYS)
+        bundle = tmp_path / "pkg.finality"
+        submit = subprocess.run([sys.executable, "-m", "eval", "submit", "lang_pkg.agent:LangSays",
+                                 "--name", "pkg", "--out", str(bundle)], cwd=tmp_path / "src",
+                                capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert submit.returncode == 0, submit.stderr[-2000:]
+        (tmp_path / "seed").write_text(f"{new_master_seed()}\n")
+        refused = subprocess.run([sys.executable, "-m", "eval", "verify", str(bundle),
+                                  "--master-seed-file", str(tmp_path / "seed"), "--backend",
+                                  "ray", "--out", str(tmp_path / "board")], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2
+        assert "bundle pkg: a package (lang_pkg.agent:LangSays) is verified with --backend " \
+            "local" in refused.stderr
+        assert not (tmp_path / "board" / "entries" / "pkg").exists()
+
+
+def test_a_cluster_that_would_not_grade_as_this_machine_is_refused_before_any_case():
+    """No node with a CPU (the cases would wait for nodes never checked), a node whose workers
+    are niced (a case's limit is wall time), a node with other limits: each refused, named."""
+    check = ("from eval.grading.distributed import check_nodes; from eval.grading.grader "
+             "import input_identity; check_nodes({}, input_identity, False)")
+
+    def refusal(address: str) -> str:
+        done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "RAY_ADDRESS": address})
+        assert done.returncode != 0, done.stdout
+        return done.stderr
+
+    with two_nodes(nodes=1, head_cpus=0) as (_, address):
+        assert "the Ray cluster has no node with a CPU to check" in refusal(address)
+    with two_nodes(nodes=1, niceness="15") as (_, address):
+        assert "runs its workers at nice 15: start it with RAY_worker_niceness=0" in \
+            refusal(address)
+    with two_nodes(nodes=1) as (cluster, address):
+        cluster.add_node(num_cpus=1, env_vars={"FINALITY_POLICY_TIMEOUT": "5"})
+        cluster.wait_for_nodes()
+        assert "runs other grader limits than this machine" in refusal(address)

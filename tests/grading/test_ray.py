@@ -236,3 +236,22 @@ def test_the_private_split_on_ray_sends_its_cases_never_its_seed(cluster, tmp_pa
     local = (tmp_path / "local" / "episodes.jsonl").read_bytes()
     assert local == (tmp_path / "ray" / "episodes.jsonl").read_bytes()
     assert local.count(b"\n") == 40
+
+
+def test_an_embedded_ray_gets_no_import_path_seed_or_key_of_the_driver(tmp_path):
+    """The processes a Ray started here keeps for the whole run never see the driver's
+    PYTHONPATH (a package bundle's folder: Ray's own imports would find its code, outside the
+    sandbox), its master seed or a key; the driver's environment is as it was."""
+    (tmp_path / "uvloop.py").write_text("raise SystemExit('a bundle ran in Ray')\n")
+    # set as `eval.board.loading` sets it for a package bundle: in the running driver
+    script = ("import os, ray; os.environ['PYTHONPATH'] = os.environ['EXPECTED']; "
+              "from eval.grading.distributed import connect; connect(); "
+              "print(ray.get(ray.remote(lambda: sorted(k for k in os.environ if k in "
+              "('PYTHONPATH', 'FINALITY_MASTER_SEED', 'VENDOR_API_KEY'))).remote())); "
+              "print(os.environ['PYTHONPATH'] == os.environ['EXPECTED'])")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    env.update(EXPECTED=str(tmp_path), VENDOR_API_KEY="k", FINALITY_MASTER_SEED=str(2 ** 200))
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["[]", "True"]
