@@ -81,19 +81,23 @@ grade-models: $(ALL_STAMP)  ## the shipped PPO models with the nine scripted pol
 	    --workers $(WORKERS) --no-progress --out results/models/ppo_noprobe_$$split || exit 1; \
 	done
 
-# The shipped baselines (the nine, and the PPO model of docs/sweeps/full as sb3: and as onnx:) as
-# bundles, verified on the private split of a seed made for the docs and published (it is public,
-# so this split is a demonstration, not a private one), as docs/trust.md's operator would.
+# The shipped baselines of every probe arm: the nine scripted policies and the five-seed PPO
+# models of docs/sweeps/ARM (models/baselines/ARM/seed_K.onnx, the best model of each training
+# seed), as bundles `ppo.ARM.seedK` and `RULE.ARM` verified on the private split of a seed made
+# for the docs and published (it is public, so this split is a demonstration, not a private one),
+# as docs/trust.md's operator would. `eval private-baselines` then reads the seeds' private rows
+# into docs/sweeps (the README table's private-split column).
+ARMS := full none delayed rate_limited identity
 BOARD := results/board
-board: $(ALL_STAMP)  ## the leaderboard of the shipped baselines (README's screenshot)
+board: $(ALL_STAMP)  ## the leaderboard of the shipped baselines, every arm (README's screenshot)
 	mkdir -p $(BOARD)/bundles
-	for p in $$(echo $(NINE) | tr , ' '); do [ -f $(BOARD)/bundles/$$p.finality ] || \
-	  $(PY) -m eval submit $$p --name $$p --out $(BOARD)/bundles/$$p.finality || exit 1; done
-	[ -f $(BOARD)/bundles/ppo_full.finality ] || $(PY) -m eval submit ppo:models/ppo_full.zip \
-	  --name ppo_full --out $(BOARD)/bundles/ppo_full.finality
-	[ -f $(BOARD)/ppo_full.onnx ] || $(PY) -m train export models/ppo_full.zip --onnx $(BOARD)/ppo_full.onnx
-	[ -f $(BOARD)/bundles/ppo_full_onnx.finality ] || $(PY) -m eval submit onnx:$(BOARD)/ppo_full.onnx \
-	  --name ppo_full_onnx --out $(BOARD)/bundles/ppo_full_onnx.finality
+	for arm in $(ARMS); do \
+	  for p in $$(echo $(NINE) | tr , ' '); do b=$(BOARD)/bundles/$$p.$$arm.finality; [ -f $$b ] || \
+	    $(PY) -m eval submit $$p --name $$p.$$arm --probe $$arm --out $$b || exit 1; done; \
+	  for k in 0 1 2 3 4; do b=$(BOARD)/bundles/ppo.$$arm.seed$$k.finality; [ -f $$b ] || \
+	    $(PY) -m eval submit onnx:models/baselines/$$arm/seed_$$k.onnx --name ppo.$$arm.seed$$k \
+	      --probe $$arm --out $$b || exit 1; done; \
+	done
 	$(PY) -m eval verify $(BOARD)/bundles/*.finality --master-seed-file docs/leaderboard/docs_master_seed \
 	  --workers $(WORKERS) --no-progress --out $(BOARD)/board
 	$(PY) -m eval leaderboard $(BOARD)/board --out $(BOARD)/site
