@@ -96,7 +96,9 @@ def test_a_ray_verify_killed_and_resumed_writes_the_local_rows(tmp_path):
     local, remote = _rows(tmp_path / "local"), _rows(board)
     assert sorted(remote) == sorted(local) and len(local) == 6
     assert remote == local  # byte for byte, though graded on two nodes and resumed
-    assert all(remote[name].startswith(kept) for name, kept in left.items())  # none redone
+    for name, kept in left.items():  # every complete line the killed run wrote is kept (outside
+        # code's rows are written as cases complete, in a random order, and sorted at the end)
+        assert set(kept[:kept.rfind(b"\n") + 1].splitlines()) <= set(remote[name].splitlines())
     assert all(len(graded.splitlines()) == 144 for graded in remote.values())
     entries = {n: json.loads((board / "entries" / n / "entry.json").read_text()) for n in NAMES}
     assert {e["status"] for e in entries.values()} == {"verified"}
