@@ -14,7 +14,7 @@ WORKERS ?= 2
 # The nine scripted policies, as agents/registry.py's HEADLINE lists them (asked when a recipe runs).
 NINE = $$($(PY) -c 'from agents.registry import HEADLINE; print(",".join(HEADLINE))')
 
-.PHONY: run test bench grade-models board clean system verifiers
+.PHONY: run test bench grade-models board example-study clean system verifiers
 
 # The operating-system sandbox of outside policies needs bubblewrap (`bwrap`), and the results
 # site's tests a browser (Debian's `chromium`, run headless). Installed here where missing and we
@@ -101,6 +101,26 @@ board: $(ALL_STAMP)  ## the leaderboard of the shipped baselines, every arm (REA
 	$(PY) -m eval verify $(BOARD)/bundles/*.finality --master-seed-file docs/leaderboard/docs_master_seed \
 	  --workers $(WORKERS) --no-progress --out $(BOARD)/board
 	$(PY) -m eval leaderboard $(BOARD)/board --out $(BOARD)/site
+
+# examples/masked_ppo.py at the budget of the shipped MaskablePPO of the no-probe arm
+# (docs/sweeps/none: 1M steps of the recipe), five seeds (WORKERS at a time; a seed without its
+# graded regenerated split is trained again from scratch), each graded beside the nine scripted
+# policies, then read as a sweep (eval/sweeps/aggregate.py) into docs/sweeps/example_none, which
+# `eval versus` compares with the shipped one (docs/training.md, "A trainer of your own").
+EXAMPLE := runs/example_none
+example-study: $(ALL_STAMP)  ## the one-file trainer's five seeds on the no-probe arm, as a sweep
+	mkdir -p $(EXAMPLE)
+	for k in 0 1 2 3 4; do [ -f $(EXAMPLE)/seed_$$k/eval_regenerated/summary.json ] || echo $$k; \
+	done | xargs -P $(WORKERS) -I K sh -c 'rm -rf $(EXAMPLE)/seed_K && $(PY) \
+	  examples/masked_ppo.py --env-id FinalityNoProbe-v0 --total-timesteps 1000000 --seed K \
+	  --against all --workers 1 --out $(EXAMPLE)/seed_K > $(EXAMPLE)/seed_K.log 2>&1 \
+	  || { tail $(EXAMPLE)/seed_K.log; exit 255; }'
+	$(PY) -c "from pathlib import Path; from train.sweep import seed_run; \
+	  from eval.sweeps import aggregate; out = Path('$(EXAMPLE)'); \
+	  aggregate.run(out, {k: seed_run(out / f'seed_{k}') for k in range(5)}, 'none', \
+	                'masked PPO (examples/masked_ppo.py)')"
+	mkdir -p docs/sweeps/example_none
+	cp $(EXAMPLE)/summary.json $(EXAMPLE)/report.md $(EXAMPLE)/seeds.png docs/sweeps/example_none/
 
 clean:
 	rm -rf $(VENV) $(VF_VENV) results .pytest_cache .hypothesis

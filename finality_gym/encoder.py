@@ -132,8 +132,13 @@ class ObservationEncoder:
     def masks(self, now: int, probe: str, probes_answered: int) -> np.ndarray:
         """`ship` after the ship-by deadline; the probe where the arm refuses it. A copy of
         one of four masks made once (4 times faster than a new array)."""
+        return self.shared_mask(now, probe, probes_answered).copy()
+
+    def shared_mask(self, now: int, probe: str, probes_answered: int) -> np.ndarray:
+        """`masks` without the copy: the encoder's own array, to be copied into another (the
+        vector env's batch), never handed out."""
         return self._masks[now > SHIP_BY][probe == "none" or (
-            probe == "rate_limited" and probes_answered >= 2)].copy()
+            probe == "rate_limited" and probes_answered >= 2)]
 
     def _clock(self, now: int, calls_used: int) -> None:
         obs = self.obs

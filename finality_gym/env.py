@@ -15,9 +15,10 @@ from .encoder import DEFAULT_WAITS, OBS_FIELDS, ObservationEncoder
 from .episode import PROBE_ARMS, Episode, InvalidCall
 from .faults import FAMILIES, FaultProfile
 from .registration import ENV_IDS
-from .tasks import ARCHETYPES, HANDOVER_AT, HORIZON, ORDER_VALUES, SHIP_BY
+from .tasks import ARCHETYPES, HANDOVER_AT, HORIZON, ORDER_VALUES, SHIP_BY, Task
 
 INFO_MODES = ("numeric", "full")  # the `info` argument: the Info section of FinalityEnv
+REWARDS = ("dollars", "relative")  # the `reward` argument: the Rewards section
 RESET_OPTIONS = {"task_id", "fault_seed"}
 # The info's numbers as numpy int64 scalars, made once: every clock time and call count an info
 # can show (numpy's scalars are immutable, so one object can stand in every info that shows it;
@@ -26,6 +27,12 @@ _INT64 = tuple(np.int64(n) for n in range(HORIZON + 1))
 _ORDER_VALUES = {value: np.int64(value) for value in ORDER_VALUES}
 # copied for each info's flags: a copy costs a third of np.array(False)
 _FALSE, _TRUE = np.array(False), np.array(True)
+
+
+def relative_reward(gap: int, order_value: int) -> float:
+    """The training reward of an ended episode (`reward="relative"`, the Rewards section):
+    minus its gap as a fraction of the order value, both in cents."""
+    return -gap / order_value
 
 
 def _record_gap(episode: Episode) -> int:
@@ -114,9 +121,15 @@ class FinalityEnv(gym.Env):
 
     ## Rewards
 
-    0 on every step but the last; at the end, `-gap / 100 / reward_scale`: the excess loss in
-    dollars over `reward_scale` (default 100). A lapse is graded like any other end
-    (`docs/world.md` sections 7 and 8).
+    0 on every step but the last; at the end, with `reward="dollars"` (the default),
+    `-gap / 100 / reward_scale`: the excess loss in dollars over `reward_scale` (default 100).
+    With `reward="relative"`, the training reward: `-gap / order_value`, the excess loss as a
+    fraction of the order value (`reward_scale` unused). The order value is observed and fixed
+    within an episode, so dividing by it leaves the optimal policy unchanged, but it keeps the
+    rare $3,499 orders from drowning a value function in variance: trained on the dollar
+    reward, PPO's value function explained almost none of the return and the policy learned
+    one action (docs/training.md). Grading always uses the dollar gap. A lapse is graded like
+    any other end (`docs/world.md` sections 7 and 8).
 
     ## Starting State
 
@@ -205,15 +218,22 @@ class FinalityEnv(gym.Env):
     `docs/world.md` section 4's profile), `probe` ("full" | "none" | "delayed" | "rate_limited" |
     "identity"; each id registered by `finality_gym` fixes its own arm and refuses another,
     through `registered_probe`, which the ids set to their arm),
-    `wait_ticks` (a non-empty sequence of ints >= 1), `reward_scale` (> 0), `cogs_fraction`,
+    `wait_ticks` (a non-empty sequence of ints >= 1), `reward` ("dollars" | "relative", above),
+    `reward_scale` (> 0), `cogs_fraction`,
     `dispute_fee`, `escalation_fee` (`docs/world.md` section 7 defaults), `render_mode` (None |
     "ansi" | "rgb_array"), `info` ("numeric" | "full", above). Invalid values raise `ValueError`
     naming the argument and the valid values.
 
+    ## Vector env
+
+    `gym.make_vec(id, num_envs)` gives `finality_gym.vector.FinalityVectorEnv` (every id's
+    `vector_entry_point`): the same episodes as `SyncVectorEnv` over this env, stepped in one
+    call, with its info as one dict of arrays (`finality_gym/vector.py` says more).
+
     ## Version History
 
     - v0 (0.2.0): `info` is numeric and the same at every step (above); `result` and `record`
-      only with `info="full"`. Observations, rewards and dynamics are unchanged, so every
+      only with `info="full"`; `reward="relative"` and the native vector env. Observations, rewards and dynamics are unchanged, so every
       agent's trajectories, rewards and scores are too: the ids stay v0.
     - v0 (0.1.0): the first release.
     """
@@ -226,7 +246,7 @@ class FinalityEnv(gym.Env):
                  dispute_fee: int = DEFAULT_COSTS.dispute_fee,
                  escalation_fee: int = DEFAULT_COSTS.escalation_fee,
                  render_mode: str | None = None, registered_probe: str | None = None,
-                 info: str = "numeric"):
+                 info: str = "numeric", reward: str = "dollars"):
         if registered_probe is not None and probe != registered_probe:
             others = ", ".join(f"{i} ({a})" for i, a in ENV_IDS.items())
             env_id = next(i for i, a in ENV_IDS.items() if a == registered_probe)
@@ -253,6 +273,8 @@ class FinalityEnv(gym.Env):
         if isinstance(reward_scale, bool) or not isinstance(reward_scale, (int, float)) \
                 or not reward_scale > 0 or not math.isfinite(reward_scale):
             raise ValueError(f"reward_scale: must be a finite number > 0; got {reward_scale!r}")
+        if reward not in REWARDS:
+            raise ValueError(f"reward: must be 'dollars' or 'relative'; got {reward!r}")
         if info not in INFO_MODES:
             raise ValueError(f"info: must be 'numeric' or 'full'; got {info!r}")
         if render_mode not in (None, *self.metadata["render_modes"]):
@@ -268,6 +290,8 @@ class FinalityEnv(gym.Env):
         self.probe = probe
         self.wait_ticks = wait_ticks
         self.reward_scale = float(reward_scale)
+        self.reward = reward
+        self.relative = reward == "relative"
         self.render_mode = render_mode
         self.info_mode = info
         self._make_info = self._full_info if info == "full" else self._info
@@ -286,12 +310,41 @@ class FinalityEnv(gym.Env):
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
         self.episode: Episode | None = None
         self._order_value = np.int64(0)  # the episode's, as its info shows it
+        self._order_value_int = 1
 
     # ----------------------------------------------------------------- Gymnasium API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
+        return self._begin(options).copy(), self._make_info(None, None)
+
+    def step(self, action):
+        if self.episode is None:
+            raise InvalidCall("step() before reset(): call reset() first")
+        if type(action) is not int:
+            if not isinstance(action, np.integer):
+                raise ValueError(f"invalid action {action!r}; valid: integers "
+                                 f"0..{len(self._actions) - 1}")
+            action = int(action)
+        if not 0 <= action < self._n_actions:
+            raise ValueError(f"invalid action {action}; valid: integers 0..{len(self._actions) - 1}")
+        obs, result, gap = self._advance(action)
+        if gap is None:
+            return obs.copy(), 0.0, False, False, self._make_info(result, None)
+        lapsed = self.episode.lapsed
+        return obs.copy(), self._reward(gap), not lapsed, lapsed, self._make_info(result, gap)
+
+    # The episode's moves without the Gymnasium envelope, shared with the vector env
+    # (`finality_gym/vector.py`), which builds its info for all its envs at once.
+    def _begin(self, options: dict | None) -> np.ndarray:
+        """A new episode from `self.np_random` and `options`; its first observation, the
+        encoder's own array (copy it to keep it)."""
+        return self._start(*self._chosen(options))
+
+    def _chosen(self, options: dict | None) -> tuple[Task | None, int | None]:
+        """The task and fault seed `options` name (None for each not named), checked: a
+        refused reset changes nothing, not even the generator."""
         task = fault_seed = None
-        if options:  # checked before the draw, so a refused reset leaves the generator as it was
+        if options:
             unknown = set(options) - RESET_OPTIONS
             if unknown:
                 raise ValueError(f"options: unknown keys {sorted(unknown)}; valid: task_id, "
@@ -303,6 +356,10 @@ class FinalityEnv(gym.Env):
                 if type(fault_seed) is not int or fault_seed < 0:
                     raise ValueError(f"options: fault_seed must be a non-negative int; got "
                                      f"{fault_seed!r}")
+        return task, fault_seed
+
+    def _start(self, task: Task | None, fault_seed: int | None) -> np.ndarray:
+        """`_begin` once the options are checked."""
         # One draw gives both the task and the fault seed (a numpy call costs 3 us); it is made
         # whatever the options say, so that they change no later episode.
         draw = int(self.np_random.integers(len(self._tasks) << 31))
@@ -313,27 +370,23 @@ class FinalityEnv(gym.Env):
         self.episode = Episode(task, seed=fault_seed, faults=self.faults, probe=self.probe,
                                costs=self.costs)
         self._order_value = _ORDER_VALUES.get(task.order_value) or np.int64(task.order_value)
-        return self._encoder.reset(task.order_value).copy(), self._make_info(None, None)
+        self._order_value_int = task.order_value
+        return self._encoder.reset(task.order_value)
 
-    def step(self, action):
+    def _advance(self, action: int) -> tuple[np.ndarray, dict, int | None]:
+        """One valid action: the observation after it (the encoder's own array), the tool's
+        result and, once the case has ended, its gap in cents (else None)."""
         episode = self.episode
-        if episode is None:
-            raise InvalidCall("step() before reset(): call reset() first")
-        if type(action) is not int:
-            if not isinstance(action, np.integer):
-                raise ValueError(f"invalid action {action!r}; valid: integers "
-                                 f"0..{len(self._actions) - 1}")
-            action = int(action)
-        if not 0 <= action < self._n_actions:
-            raise ValueError(f"invalid action {action}; valid: integers 0..{len(self._actions) - 1}")
         tool, args = self._actions[action]
         result = episode.call(tool, **args)
-        obs = self._encoder.update(action, result, episode.now, episode.calls_used).copy()
-        if episode.done:
-            gap = self._gap_of(episode)
-            reward = -gap / 100.0 / self.reward_scale
-            return obs, reward, not episode.lapsed, episode.lapsed, self._make_info(result, gap)
-        return obs, 0.0, False, False, self._make_info(result, None)
+        obs = self._encoder.update(action, result, episode.now, episode.calls_used)
+        return obs, result, (self._gap_of(episode) if episode.done else None)
+
+    def _reward(self, gap: int) -> float:
+        """The last step's reward (the Rewards section)."""
+        if self.relative:
+            return relative_reward(gap, self._order_value_int)
+        return -gap / 100.0 / self.reward_scale
 
     def _info(self, result: dict | None, gap: int | None) -> dict:
         """The Info section's keys (`gap` None before the end): its arrays new every call (a

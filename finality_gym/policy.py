@@ -5,14 +5,19 @@ Only a policy whose class says `privileged = True` is ever handed a `Privilege`,
 `play` here; nothing else a policy receives carries the truth. It lives in the installed package
 so that a policy written anywhere (a script, a notebook, a submission) imports it with
 `from finality_gym.policy import Policy, run_episode`; `agents/` holds the project's policies.
+`GymPolicy` plays any `predict(observation, action_mask)` (a network trained on the env) through
+the same runner, decoding each tool result with the env's own encoder.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generator
+from typing import Callable, Generator
+
+import numpy as np
 
 from .economics import Costs
+from .encoder import DEFAULT_WAITS, ObservationEncoder
 from .episode import Episode, EpisodeRecord
 from .faults import FaultProfile, mix64
 from .tasks import CALL_BUDGET, HANDOVER_AT, HORIZON, SHIP_BY, Task
@@ -103,6 +108,33 @@ class Policy:
         """Whether a round of `calls` calls (its final disposition included) whose disposition
         starts `ticks` from now still fits in the budget and before the ship-by deadline."""
         return calls <= self.calls_left and self.now + ticks <= self.brief.ship_by
+
+
+class GymPolicy(Policy):
+    """`predict(observation, action_mask) -> action index` behind the policy interface;
+    `start(seed)`, if given, runs at the start of every episode (to seed a sampler, to reset a
+    recurrent state)."""
+
+    def __init__(self, name: str, predict: Callable[[np.ndarray, np.ndarray], int], wait_ticks: tuple[int, ...] = DEFAULT_WAITS,
+                 start: Callable[[int], object] | None = None):
+        self.name = name
+        self.predict = predict
+        self.start = start
+        self.encoder = ObservationEncoder(tuple(wait_ticks))
+
+    def plan(self):
+        if self.start is not None:
+            self.start(self.brief.seed)
+        probes_answered = 0
+        obs = self.encoder.reset(self.brief.order_value)
+        while True:
+            mask = self.encoder.masks(self.now, self.brief.probe, probes_answered)
+            action = int(self.predict(obs, mask))
+            result = yield self.encoder.actions[action]
+            if result["tool"] == "probe_processor" and "captures" in result:
+                probes_answered += 1
+            obs = self.encoder.update(action, result, self.now,
+                                      self.brief.budget - self.calls_left)
 
 
 _SAMPLER_SALT = 0x6A09E667F3BCC909

@@ -3,7 +3,9 @@
 Each id is one probe arm of the same class; it also passes its arm as `registered_probe`, so
 `gym.make("FinalityNoProbe-v0", probe="full")` is refused by the env (a full-probe env under the
 no-probe id would be graded and reported as the wrong arm), while `probe=` naming the id's own
-arm is accepted. `max_episode_steps` is only a
+arm is accepted. `gym.make_vec(id, num_envs)` gives the native vector env
+(`finality_gym/vector.py`; `vectorization_mode="sync"` Gymnasium's `SyncVectorEnv`).
+`max_episode_steps` is only a
 safety net (the 40-call budget ends every episode first).
 """
 
@@ -26,5 +28,6 @@ def register_envs() -> None:
     for env_id, probe in ENV_IDS.items():
         if env_id not in registry:
             register(id=env_id, entry_point="finality_gym.env:FinalityEnv",
+                     vector_entry_point="finality_gym.vector:FinalityVectorEnv",
                      max_episode_steps=CALL_BUDGET + 10,
                      kwargs={"probe": probe, "registered_probe": probe})

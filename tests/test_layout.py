@@ -40,7 +40,7 @@ AGENTS_TOP = {"__init__.py", "spec.py", "registry.py", "factory.py"}
 TEST_ROOMS = {"env", "grading", "sandbox", "learned", "model", "board", "site", "training"}
 TESTS_TOP = {"__init__.py", "conftest.py", "test_docs.py", "test_layout.py"}
 MAX_LINES, MAX_FUNCTION = 500, 80
-SOURCES = ("finality_gym", "agents", "eval", "train", "tests", "benchmarks")
+SOURCES = ("finality_gym", "agents", "eval", "train", "tests", "benchmarks", "examples")
 
 
 def _modules() -> dict[str, Path]:

@@ -129,6 +129,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its latest checkpoint, with its saved "
                         "recipe (without it, --out must be empty or new)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes of the final grading (default: one per core)")
     what = ("train the same recipe from several seeds, each a whole `ppo` run, and grade them "
             "together (re-running into --out resumes)")
     s = sub.add_parser("sweep", help=what, description=what)
@@ -174,7 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = config_from(args, TrainConfig.seed if args.seed is None else args.seed,
                                  args.out)
-        result = train(config, resume=args.resume)
+        workers = (os.cpu_count() or 1) if args.workers is None else args.workers
+        if workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {workers}")
+        result = train(config, resume=args.resume, grading_workers=workers)
     except KeyboardInterrupt:  # checkpoints and the sweep's finished seeds are kept
         # a further Ctrl-C must not break the clean-up that runs at exit (Ray's shutdown)
         signal.signal(signal.SIGINT, signal.SIG_IGN)

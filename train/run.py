@@ -2,8 +2,9 @@
 default, or any algorithm of `ALGOS` (`--algo`: sb3-contrib's MaskablePPO, `--masked` for short,
 and RecurrentPPO; SB3's A2C and DQN), its recipe a `TrainConfig` (`train/config.py`).
 
-Read it top to bottom: the validation callback that grades the policy with the shared grader
-on public-split tasks and logs our scalars to TensorBoard next to SB3's, the vectorized training
+Read it top to bottom: the validation callback (the package's, `finality_gym.callbacks`, which
+grades the policy on public-split tasks as the grader plays them and logs the grade to
+TensorBoard next to SB3's; this one also keeps the run's files), the vectorized training
 envs, checkpoints, the best model by validation mean gap, resuming, the learning curve, and at
 the end the same headline grading as every scripted policy, on both splits.
 
@@ -18,9 +19,9 @@ and regrades from scratch if it trained further.
 
 Choices where the issue is silent: training draws tasks from `public` with fresh fault seeds;
 validation uses every `validation_stride`-th independent unit of public under fault seed 100
-(the grading seeds are 0..4); `gamma = 1` (the reward is the terminal economic gap, and time
-already costs money in the world); the training reward is the gap relative to the order value
-(`RelativeGap`); validation and the final grading run the model as it is trained, a
+(the grading seeds are 0..4; `finality_gym.validation`); `gamma = 1` (the reward is the terminal
+economic gap, and time already costs money in the world); the training reward is the gap
+relative to the order value (the env's `reward="relative"`); validation and the final grading run the model as it is trained, a
 stochastic policy (sampled with a per-episode seed, see `agents/learned/policy.py`; a DQN model
 greedily, the policy a Q-learner learns, and a RecurrentPPO model with its LSTM state carried
 through each episode); the final grading compares it with the nine scripted policies in the
@@ -37,19 +38,17 @@ import zipfile
 from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import torch
 from gymnasium.wrappers import FrameStackObservation
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback
+from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-import finality_gym
+from finality_gym.callbacks import ValidationCallback as Validation
 from agents.learned.algorithms import PPO_ALGORITHMS
 from agents.learned.policy import sb3_policy
 from agents.learned.trained_for import TrainedFor, stamp
 import eval.experiments.headline as headline
-from eval.grading.grader import RunConfig, grade_in_process
 from eval.experiments.headline import HEADLINE
 from eval.sweeps.provenance import machine
 from eval.reports.figures import save_figure, subplots
@@ -58,27 +57,6 @@ from eval.grading.runfolder import prepare, save_atomic, write_atomic
 from .config import ALGOS, POLICY_HYPERPARAMETERS, TrainConfig
 from .recurrent import fast_updates
 
-VALIDATION_SEED = 100
-
-
-def validation_config(config: TrainConfig) -> RunConfig:
-    """Every `validation_stride`-th independent unit of `public` (a twin pair with both its
-    halves: striding over tasks would keep only one half of every pair)."""
-    units = finality_gym.load_corpus("public").units[::config.validation_stride]
-    return RunConfig(("validation",), split="public", seeds=(VALIDATION_SEED,),
-                     probe=config.probe, tasks=tuple(t.task_id for u in units for t in u))
-
-
-def validate(policy, config: TrainConfig) -> dict:
-    """Grade a policy on the validation set with the shared grader; money in dollars."""
-    rows = grade_in_process(policy, "validation", validation_config(config))
-    gaps = np.array([r["gap"] for r in rows]) / 100
-    return {"mean_gap": float(gaps.mean()),
-            "exact_rate": float(np.mean([r["gap"] == 0 for r in rows])),
-            "premature_rate": float(np.mean([r["premature"] for r in rows])),
-            "episodes": len(rows)}
-
-
 def progress_line(metrics: dict) -> str:
     """A validation's progress line (the sweep prefixes it with "seed k: ")."""
     return (f"{metrics['timesteps']:>10,} steps  {metrics['steps_per_second']:6,.0f} steps/s  "
@@ -86,46 +64,37 @@ def progress_line(metrics: dict) -> str:
             f"${metrics['best_mean_gap']:.2f} at {metrics['best_timesteps']:,}")
 
 
-class ValidationCallback(BaseCallback):
-    """Every `eval_every` steps: grade, log our scalars, keep the best model, note the history.
+class ValidationCallback(Validation):
+    """The package's validation (`finality_gym.callbacks`), and for a run folder: the history
+    in `validation.jsonl`, the best model kept, a progress line, `report` called.
 
     A resumed run counts from the last validation recorded in `out`, not from its checkpoint:
     counting from scratch, it would validate again at its first step."""
 
     def __init__(self, config: TrainConfig, out: Path, label: str = "", report=None):
-        super().__init__()
+        super().__init__(config.eval_every, config.probe, config.validation_stride,
+                         policy=lambda model: sb3_policy(model, "validation"))
         self.config = config
         self.out = out
         self.label = label
         self.report = report
         best = out / "best.json"
-        self.best = json.loads(best.read_text()) if best.exists() else {"mean_gap": float("inf")}
+        if best.exists():
+            self.best = json.loads(best.read_text())
         last = last_validated(out)
-        self.last = -config.eval_every if last is None else last
+        if last is not None:
+            self.last = last
         self.clock = (0, time.perf_counter())
 
     def _on_training_start(self) -> None:
+        super()._on_training_start()
         self.clock = (self.num_timesteps, time.perf_counter())
 
-    def _on_step(self) -> bool:
-        if self.num_timesteps - self.last >= self.config.eval_every:
-            self.evaluate()
-        return True
-
-    def _on_training_end(self) -> None:
-        if self.num_timesteps != self.last:
-            self.evaluate()
-
-    def evaluate(self) -> None:
-        self.last = self.num_timesteps
-        result = validate(sb3_policy(self.model, "validation"), self.config)
-        for key in ("mean_gap", "exact_rate", "premature_rate"):
-            self.logger.record(f"validation/{key}", result[key])
-        self.logger.dump(self.num_timesteps)
+    def evaluate(self) -> dict:
+        result = super().evaluate()
         with open(self.out / "validation.jsonl", "a") as f:
-            f.write(json.dumps({"timesteps": self.num_timesteps, **result}) + "\n")
-        if result["mean_gap"] < self.best["mean_gap"]:
-            self.best = {"timesteps": self.num_timesteps, **result}
+            f.write(json.dumps(result) + "\n")
+        if self.best is result:
             save_atomic(self.out / "best_model.zip", saver(self.model, self.config))
             write_atomic(self.out / "best.json", json.dumps(self.best, indent=2) + "\n")
         steps, started = self.clock
@@ -133,12 +102,13 @@ class ValidationCallback(BaseCallback):
         rate = (self.num_timesteps - steps) / max(now - started, 1e-9)
         self.clock = (self.num_timesteps, now)
         metrics = {"timesteps": self.num_timesteps, "steps_per_second": round(rate, 1),
-                   **{f"validation_{k}": v for k, v in result.items()},
+                   **{f"validation_{k}": v for k, v in result.items() if k != "timesteps"},
                    "best_mean_gap": self.best["mean_gap"],
                    "best_timesteps": self.best["timesteps"]}
         print(self.label + progress_line(metrics), flush=True)
         if self.report is not None:
             self.report(metrics, self.model)
+        return result
 
 
 def saver(model, config: TrainConfig):
@@ -169,28 +139,12 @@ class Checkpoints(CheckpointCallback):
         return True
 
 
-class RelativeGap(gym.Wrapper):
-    """Training reward: minus the gap as a fraction of the order value.
-
-    The order value is observed and fixed within an episode, so dividing by it leaves the optimal
-    policy unchanged (for every order value the best action is the same), but it keeps the rare
-    $3,499 orders from drowning the value function in variance: with the env's dollar reward the
-    value function explained almost none of the return. Grading still uses the dollar gap.
-    """
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if info["ended"]:  # the env's numeric info: gap and order value in cents
-            reward = -int(info["gap"]) / int(info["order_value"])
-        return obs, reward, terminated, truncated, info
-
-
 def make_envs(config: TrainConfig):
     def one() -> gym.Env:
-        env = gym.make(config.env, split="public")
+        env = gym.make(config.env, split="public", reward="relative")
         if config.frame_stack > 1:
             env = FrameStackObservation(env, config.frame_stack)
-        return RelativeGap(env)
+        return env
     return make_vec_env(one, n_envs=config.n_envs, seed=config.seed, vec_env_cls=DummyVecEnv)
 
 

@@ -1,7 +1,7 @@
 """Learned policies, loaded as data: a saved stable-baselines3 model (`sb3:`, `ppo:`) and a
 policy network as an ONNX graph (`onnx:`), both run over `Finality-v0`'s observations.
 
-`policy.py` is the runner (`GymPolicy`) and the SB3 loader (`load_sb3`); `sb3_archive.py` reads
+`policy.py` plays a model as `finality_gym.policy.GymPolicy` and loads SB3 archives (`load_sb3`); `sb3_archive.py` reads
 an SB3 archive without running its pickles; `vecnormalize.py` reads a `vecnormalize.pkl` as data;
 `onnx_policy.py` checks and runs an ONNX graph; `algorithms.py` names the algorithms a spec may
 grade; `trained_for.py` owns what a model says it was trained for (env id, probe arm, layouts),

@@ -52,8 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from finality_gym.policy import GymPolicy
 
-from .policy import MASKED, Exponentials, GymPolicy, probabilities, real_steps
+from .policy import MASKED, Exponentials, probabilities, real_steps
 from .sb3_archive import finality_spaces
 
 OBS, MASK, STATE_IN = "obs", "action_mask", "state_in"

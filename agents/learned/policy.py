@@ -1,7 +1,8 @@
 """Run any policy over `Finality-v0` observations through the shared runner.
 
-`GymPolicy` decodes each tool result with the env's own `ObservationEncoder`, so a policy trained
-on the env sees, under the grader, exactly the observations it was trained on.
+Every model here plays as a `finality_gym.policy.GymPolicy`, which decodes each tool result with
+the env's own `ObservationEncoder`, so a policy trained on the env sees, under the grader, exactly
+the observations it was trained on.
 `load_sb3(path, kind=...)` loads a saved stable-baselines3 model and refuses one trained on other
 spaces (another env, other `wait_ticks`) or by an algorithm the spec does not grade: `sb3:PATH`
 grades any algorithm of `ALGORITHMS` (`agents/learned/algorithms.py`: every SB3 and sb3-contrib
@@ -45,44 +46,17 @@ from typing import Callable
 import numpy as np
 
 from finality_gym.encoder import DEFAULT_WAITS, ObservationEncoder
-from finality_gym.policy import Policy
+from finality_gym.policy import GymPolicy
 
 from .algorithms import ALGORITHMS, Algorithm
 from .sb3_archive import built_policy, finality_spaces, read_data, unpickled_model
 from .vecnormalize import normalization, normalization_file
 
-__all__ = ["Exponentials", "GymPolicy", "load_sb3", "normalization_file", "probabilities",
+__all__ = ["Exponentials", "load_sb3", "normalization_file", "probabilities",
            "real_steps", "sb3_policy"]
 
-Predict = Callable[[np.ndarray, np.ndarray], int]
+Predict = Callable[[np.ndarray, np.ndarray], int]  # GymPolicy's `predict`
 MASKED = -1e8  # what MaskablePPO gives a masked action's logit
-
-
-class GymPolicy(Policy):
-    """`predict(observation, action_mask) -> action index` behind the policy interface;
-    `start(seed)`, if given, runs at the start of every episode (to seed a sampler, to reset a
-    recurrent state)."""
-
-    def __init__(self, name: str, predict: Predict, wait_ticks: tuple[int, ...] = DEFAULT_WAITS,
-                 start: Callable[[int], object] | None = None):
-        self.name = name
-        self.predict = predict
-        self.start = start
-        self.encoder = ObservationEncoder(tuple(wait_ticks))
-
-    def plan(self):
-        if self.start is not None:
-            self.start(self.brief.seed)
-        probes_answered = 0
-        obs = self.encoder.reset(self.brief.order_value)
-        while True:
-            mask = self.encoder.masks(self.now, self.brief.probe, probes_answered)
-            action = int(self.predict(obs, mask))
-            result = yield self.encoder.actions[action]
-            if result["tool"] == "probe_processor" and "captures" in result:
-                probes_answered += 1
-            obs = self.encoder.update(action, result, self.now,
-                                      self.brief.budget - self.calls_left)
 
 
 def load_sb3(path: str | Path, greedy: bool = False, kind: str = "ppo",

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from agents import PolicySpec, is_unprivileged_scripted
+from agents.spec import ONNX
 from finality_gym import Corpus, load_corpus
 
 from eval.grading.runfolder import SUMMARY, read_rows
@@ -76,7 +77,10 @@ class SeedRun:
 
 
 def learned_spec(policies) -> str:
-    specs = [p for p in policies if PolicySpec.parse(p).learned]
+    """The one trained model among a seed's graded policies: an SB3 archive or an ONNX graph
+    (a trainer of one's own, `examples/masked_ppo.py`)."""
+    specs = [p for p in policies if PolicySpec.parse(p).learned
+             or PolicySpec.parse(p).kind in ONNX]
     if len(specs) != 1:
         raise ValueError(f"expected one learned policy, found {specs or 'none'}")
     return specs[0]

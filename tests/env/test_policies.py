@@ -8,7 +8,8 @@ import pytest
 import finality_gym
 from agents.registry import HEADLINE
 from agents import FLOORS, Brief, Privilege, brief_for, make_policy, run_episode
-from agents.learned.policy import GymPolicy, load_sb3
+from agents.learned.policy import load_sb3
+from finality_gym.policy import GymPolicy
 from finality_gym.env import FinalityEnv
 
 BRIEF = Brief(order_value=10000, handover_at=120, ship_by=600, horizon=1800, budget=40,

@@ -25,7 +25,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import finality_gym
 from agents import make_policy
-from agents.learned.policy import GymPolicy
+from finality_gym.policy import GymPolicy
 from agents.learned.onnx_policy import Exponentials, probabilities
 from eval.grading.grader import RunConfig, grade, grade_in_process, input_identity
 from eval.grading.runfolder import read_rows

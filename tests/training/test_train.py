@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import finality_gym
 from agents import make_policy, run_episode
-from agents.learned.policy import GymPolicy
+from finality_gym.policy import GymPolicy
 from train.__main__ import main as train_cli
 from train.config import TrainConfig
 from train.run import latest_checkpoint, train
@@ -164,7 +164,7 @@ def test_an_out_folder_under_a_file_is_a_one_line_error(tmp_path, capsys):
 def test_ctrl_c_is_a_hint_not_a_traceback(tmp_path, capsys, monkeypatch):
     import train.__main__ as cli
 
-    def interrupted(config, resume=False):
+    def interrupted(config, resume=False, grading_workers=2):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "train", interrupted)

@@ -27,7 +27,7 @@ from agents.learned.vecnormalize import normalization_file
 from finality_gym.episode import compact_calls
 from tests.learned.sb3_reference import played
 from train.config import TrainConfig
-from train.run import RelativeGap
+from finality_gym.wrappers import RelativeGap
 
 ROOT = Path(__file__).resolve().parents[2]
 HYPERPARAMETERS = ROOT / "train" / "zoo" / "ppo.yml"
@@ -115,7 +115,7 @@ def test_the_zoo_saves_a_model_graded_as_that_model(graded):
     # a tag for Python's class, which safe_load refuses
     tag, pairs = (path.parent / "Finality-v0" / "config.yml").read_text().split("\n", 1)
     assert tag == "!!python/object/apply:collections.OrderedDict"
-    assert dict(yaml.safe_load(pairs)[0])["env_wrapper"] == "train.run.RelativeGap"
+    assert dict(yaml.safe_load(pairs)[0])["env_wrapper"] == "finality_gym.wrappers.RelativeGap"
     assert set(rows["plain"]) == set(TASKS)
     sb3_model = PPO.load(path, device="cpu")
     for task_id, row in rows["plain"].items():
