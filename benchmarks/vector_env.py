@@ -56,13 +56,22 @@ class Stepper:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=7, help="blocks of each env")
-    parser.add_argument("--seconds", type=float, default=0.3, help="seconds a block")
-    parser.add_argument("--envs", default="8,64,256", help="numbers of envs, comma-separated")
+    parser.add_argument("--blocks", type=int, default=7, help="blocks of each env (default 7)")
+    parser.add_argument("--seconds", type=float, default=0.3, help="seconds a block (default 0.3)")
+    parser.add_argument("--envs", default="8,64,256",
+                        help="numbers of envs, comma-separated (default 8,64,256)")
     args = parser.parse_args()
+    if args.blocks < 1 or not args.seconds > 0:
+        parser.error("--blocks must be >= 1 and --seconds > 0")
+    try:
+        sizes = [int(n) for n in args.envs.split(",")]
+    except ValueError:
+        parser.error(f"--envs: comma-separated ints, got {args.envs!r}")
+    if min(sizes) < 1:
+        parser.error("--envs: each number of envs must be >= 1")
     print(f"| envs | {' | '.join(name for name, *_ in KINDS)} | native / sync |")
     print(f"|---|{'---|' * len(KINDS)}---|")
-    for n in map(int, args.envs.split(",")):
+    for n in sizes:
         steppers = [Stepper(env_id, mode, n) for _, env_id, mode in KINDS]
         for s in steppers:
             s.block(args.seconds / 3)  # warm up

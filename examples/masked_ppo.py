@@ -14,9 +14,10 @@ Read it top to bottom:
 - the agent: an actor and a critic, two 128x128 tanh MLPs (SB3's PPO layout), the actor's
   logits of masked actions set to -1e8 as MaskablePPO sets them;
 - the loop: rollouts of `num_steps` steps of every env, GAE, clipped PPO updates;
-- every `eval_every` steps, the graded validation (`finality_gym.validation.validate`: the mean
-  gap on the validation set, played as the grader plays every episode) logged to TensorBoard
-  (`tensorboard --logdir runs`) as `validation/mean_gap`, and the best actor kept;
+- after the first update, then every `eval_every` steps and at the end, the graded validation
+  (`finality_gym.validation.validate`: the mean gap on the validation set, played as the grader
+  plays every episode) logged to TensorBoard (`tensorboard --logdir runs`) as
+  `validation/mean_gap`, and the best actor kept;
 - at the end, the best actor exported to ONNX (`obs`, `action_mask` -> `logits`, with the
   metadata `python -m train export` writes: what it was trained for), and graded with `onnx:` by
   the shared grader (`python -m eval headline`) beside the scripted policies on both splits
@@ -24,7 +25,8 @@ Read it top to bottom:
 
 The recipe is `python -m train ppo --masked`'s (`train/config.py`): 8 envs x 256 steps,
 minibatches of 512, 10 epochs, learning rate 3e-4, gamma 1, GAE lambda 0.95, clip 0.2, entropy
-0.01, 1.5M steps. The folder is a `python -m train` run folder as a sweep's seed is
+0.01, 1.5M steps (the no-probe arm's shipped MaskablePPO trained 1M: `make example-study` runs
+this file with `--env-id FinalityNoProbe-v0 --total-timesteps 1000000` against it). The folder is a `python -m train` run folder as a sweep's seed is
 (`result.json`, `validation.jsonl`, `eval_<split>/`), so `eval.sweeps.aggregate` reads five of
 them as a sweep (`make example-study`, docs/training.md).
 """
@@ -84,7 +86,9 @@ class Args:
 
 
 def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The arguments, every one checked before anything is written or trained."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(Args):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default),
                             default=f.default, help=f"{f.metadata['help']} (default {f.default})")
@@ -96,10 +100,36 @@ def parse_args() -> Args:
                  "eval_every", "grade_seeds", "workers"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.minibatch_size > args.num_envs * args.num_steps:
+        parser.error(f"--minibatch-size must be at most a rollout, num_envs x num_steps = "
+                     f"{args.num_envs * args.num_steps}")
+    for name in ("learning_rate", "clip_coef", "max_grad_norm"):
+        if not getattr(args, name) > 0:
+            parser.error(f"--{name.replace('_', '-')} must be > 0")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= getattr(args, name) <= 1:
+            parser.error(f"--{name.replace('_', '-')} must lie in [0, 1]")
+    for name in ("ent_coef", "vf_coef"):
+        if not getattr(args, name) >= 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0")
+    try:
+        against(args)
+    except ValueError as exc:
+        parser.error(f"--against: {exc}")
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         parser.error(f"--out: {out} is not empty; pick a new folder")
     return args
+
+
+def against(args: Args) -> tuple[str, ...]:
+    """The policy specs graded beside the model, each checked (ValueError names a bad one)."""
+    from agents import PolicySpec
+    from agents.registry import HEADLINE
+    specs = HEADLINE if args.against == "all" else tuple(args.against.split(","))
+    for spec in specs:
+        PolicySpec.parse(spec)
+    return specs
 
 
 def layer(linear: nn.Linear, std: float = np.sqrt(2)) -> nn.Linear:
@@ -166,13 +196,11 @@ def export(agent: Agent, env_id: str, path: Path) -> None:
 
 def grade(args: Args, model: Path, probe: str) -> None:
     """The exported file graded by the shared grader beside `args.against`, on both splits."""
-    from agents.registry import HEADLINE
     from eval.experiments import headline
-    against = HEADLINE if args.against == "all" else tuple(args.against.split(","))
     for split in ("public", "regenerated"):
         headline.run(Path(args.out) / f"eval_{split}", workers=args.workers, progress=False,
                      split=split, seeds=args.grade_seeds, probe=probe,
-                     policies=against + (f"onnx:{model}",))
+                     policies=against(args) + (f"onnx:{model}",))
 
 
 @dataclass(frozen=True)

@@ -32,22 +32,31 @@ except ImportError as exc:  # pragma: no cover - the train extra is missing
     raise ImportError("finality_gym.callbacks needs stable-baselines3: pip install "
                       "'finality-gym[train]'") from exc
 
-from .encoder import OBS_FIELDS
 from .env import FinalityEnv
 from .policy import GymPolicy, Policy
 from .validation import METRICS, validate
 
 
-def model_policy(model, wait_ticks: tuple[int, ...]) -> GymPolicy:
-    """An SB3 model in memory as a policy, played as the module docstring says."""
+def model_policy(model, env: FinalityEnv) -> GymPolicy:
+    """An SB3 model in memory as a policy of the env it trains on, played as the module
+    docstring says; a model that does not see the env's own observations is refused."""
     import torch
-    if getattr(model.observation_space, "shape", None) != (len(OBS_FIELDS),):
-        raise ValueError(f"ValidationCallback: the model observes {model.observation_space}, not "
-                         "the env's own observation (a frame stack?): pass policy=, a function "
-                         "from the model to a finality_gym.policy.Policy")
+    advice = ("pass policy=, a function from the model to a finality_gym.policy.Policy (a "
+              "GymPolicy whose predict(obs, mask) gives the model what it was trained on)")
+    if model.get_vec_normalize_env() is not None:
+        raise ValueError("ValidationCallback: the model's observations are normalized "
+                         f"(VecNormalize), the grader's are the env's own: {advice}")
+    space = model.observation_space
+    if space != env.observation_space:
+        shape = getattr(space, "shape", None)
+        what = ("a frame stack or another shape" if shape != env.observation_space.shape
+                else "an observation wrapper (NormalizeObservation, ...)")
+        raise ValueError(f"ValidationCallback: the model observes {type(space).__name__} of "
+                         f"shape {shape}, not the env's own observation ({what}): {advice}")
     if hasattr(model.policy, "lstm_actor"):
         raise ValueError("ValidationCallback: a recurrent model carries its state from step to "
-                         "step: pass policy=agents.learned.policy.sb3_policy (or your own)")
+                         f"step: {advice}; in a clone of the repository, policy=lambda model: "
+                         "agents.learned.policy.sb3_policy(model, 'validation')")
     sampled = hasattr(model.policy, "get_distribution")  # an actor-critic; a Q-learner is greedy
     masked = "action_masks" in inspect.signature(model.predict).parameters
 
@@ -55,14 +64,17 @@ def model_policy(model, wait_ticks: tuple[int, ...]) -> GymPolicy:
         if masked:
             return int(model.predict(obs, deterministic=not sampled, action_masks=mask)[0])
         return int(model.predict(obs, deterministic=not sampled)[0])
-    return GymPolicy("validation", predict, wait_ticks,
+    return GymPolicy("validation", predict, env.wait_ticks,
                      start=torch.manual_seed if sampled else None)
 
 
 class ValidationCallback(BaseCallback):
-    """Validate every `eval_every` training steps and once at the end of training: log the three
-    `METRICS` under `validation/` and keep them in `history` (with `timesteps`); `best` is the
-    lowest mean gap's. `probe`: the arm to validate in (default: the training env's).
+    """Validate at the first step (the untrained model: the curve's start), then whenever
+    `eval_every` steps have passed since the last validation (SB3 counts steps in whole
+    vectorized steps: with 8 envs, at 8, 50,008, ...) and once at the end of training: log the
+    three `METRICS` under `validation/` and keep them in `history` (with `timesteps`); `best` is
+    the lowest mean gap's (the callback saves no model: save one in `evaluate`'s override, as
+    `python -m train` does). `probe`: the arm to validate in (default: the training env's).
     `policy(model) -> Policy`: how the model plays (default `model_policy`). `stride`: the
     validation set's (`finality_gym.validation`)."""
 
@@ -89,7 +101,7 @@ class ValidationCallback(BaseCallback):
             if self.probe is None:
                 self.probe = env.probe
             if self.policy is None:
-                self.policy = lambda model, waits=env.wait_ticks: model_policy(model, waits)
+                self.policy = lambda model, env=env: model_policy(model, env)
 
     def _on_step(self) -> bool:
         if self.num_timesteps - self.last >= self.eval_every:

@@ -350,6 +350,9 @@ class FinalityEnv(gym.Env):
                 raise ValueError(f"options: unknown keys {sorted(unknown)}; valid: task_id, "
                                  "fault_seed")
             if "task_id" in options:
+                if type(options["task_id"]) is not str:
+                    raise ValueError(f"options: task_id must be a task id (a str); got "
+                                     f"{options['task_id']!r}")
                 task = self._corpus.task(options["task_id"])
             if "fault_seed" in options:
                 fault_seed = options["fault_seed"]

@@ -11,6 +11,7 @@ the same runner, decoding each tool result with the env's own encoder.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Callable, Generator
 
@@ -129,7 +130,15 @@ class GymPolicy(Policy):
         obs = self.encoder.reset(self.brief.order_value)
         while True:
             mask = self.encoder.masks(self.now, self.brief.probe, probes_answered)
-            action = int(self.predict(obs, mask))
+            action = self.predict(obs, mask)
+            try:
+                action = operator.index(action)  # an int, a numpy integer or a 0-d integer array
+            except TypeError:
+                raise PolicyError(f"predict returned {action!r}, not an action index (an "
+                                  f"integer 0..{len(self.encoder.actions) - 1})") from None
+            if not 0 <= action < len(self.encoder.actions):
+                raise PolicyError(f"predict returned {action}, not an action index (an integer "
+                                  f"0..{len(self.encoder.actions) - 1})")
             result = yield self.encoder.actions[action]
             if result["tool"] == "probe_processor" and "captures" in result:
                 probes_answered += 1

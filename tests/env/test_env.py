@@ -73,9 +73,15 @@ def test_seeded_resets_reproduce_whole_episodes():
     assert not all(np.array_equal(x, y) for x, y in zip(a[:1], b[:1])) or a[1:3] != b[1:3]
 
 
+# The namespaced id registers the ids in AsyncVectorEnv's workers however they start: importing
+# TorchRL (tests/env/test_vector.py, test_toolkits.py) makes "spawn" the start method of the
+# process, whose workers import nothing of the test's.
+ASYNC_SAFE_ID = "finality_gym:Finality-v0"
+
+
 @pytest.mark.parametrize("vector_cls", [gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv])
 def test_vector_envs_run_four_copies(vector_cls):
-    envs = vector_cls([lambda: gym.make("Finality-v0") for _ in range(4)])
+    envs = vector_cls([lambda: gym.make(ASYNC_SAFE_ID) for _ in range(4)])
     try:
         obs, _ = envs.reset(seed=11)
         assert obs.shape == (4, 58)
@@ -93,7 +99,7 @@ def test_vector_envs_run_four_copies(vector_cls):
     finally:
         envs.close()
     sync = gym.vector.SyncVectorEnv([lambda: gym.make("Finality-v0") for _ in range(4)])
-    other = vector_cls([lambda: gym.make("Finality-v0") for _ in range(4)])
+    other = vector_cls([lambda: gym.make(ASYNC_SAFE_ID) for _ in range(4)])
     try:
         a, _ = sync.reset(seed=3)
         b, _ = other.reset(seed=3)

@@ -12,7 +12,7 @@ import finality_gym
 from agents.learned.policy import sb3_policy
 from eval.grading.grader import RunConfig, grade_in_process
 from finality_gym.callbacks import ValidationCallback
-from finality_gym.policy import GymPolicy
+from finality_gym.policy import GymPolicy, PolicyError
 from finality_gym.validation import VALIDATION_SEED, validate, validation_tasks
 from finality_gym.wrappers import RelativeGap
 from train.__main__ import main as train_cli
@@ -74,6 +74,9 @@ def test_validation_is_the_graders_grade_on_the_validation_cases(probe):
     assert 0 < result["mean_gap"] and 0 < result["exact_rate"] < 1
     with pytest.raises(ValueError, match="probe: unknown arm 'partial'"):
         validate(GymPolicy("scripted", _scripted), "partial")
+    for bad in (99, -1, 8.0, "ship"):
+        with pytest.raises(PolicyError, match=f"predict returned {bad!r}, not an action index"):
+            validate(GymPolicy("bad", lambda obs, mask, bad=bad: bad))
 
 
 def test_the_callback_logs_the_grade_of_the_model_as_the_grader_plays_it(tmp_path):
@@ -101,15 +104,20 @@ def test_the_callback_logs_the_grade_of_the_model_as_the_grader_plays_it(tmp_pat
 
 
 def test_the_callback_refuses_what_it_cannot_play():
-    """Another env without `probe=`/`policy=`, and a frame-stacked model, are refused by name."""
+    """Another env without `probe=`/`policy=`, a frame-stacked model and one on normalized
+    observations are refused by name."""
     model = MaskablePPO("MlpPolicy", gym.make("CartPole-v1"), n_steps=64, batch_size=64,
                         device="cpu")
     with pytest.raises(ValueError, match="the training env is a CartPoleEnv, not a Finality"):
         model.learn(64, callback=ValidationCallback(eval_every=64))
-    stacked = gym.wrappers.FrameStackObservation(gym.make("Finality-v0"), 2)
-    model = MaskablePPO("MlpPolicy", stacked, n_steps=64, batch_size=64, device="cpu")
-    with pytest.raises(ValueError, match="a frame stack"):
-        model.learn(64, callback=ValidationCallback(eval_every=64))
+    for wrapped, what in ((gym.wrappers.FrameStackObservation(gym.make("Finality-v0"), 2),
+                           r"shape \(2, 58\), not the env's own observation \(a frame stack"),
+                          (gym.wrappers.NormalizeObservation(gym.make("Finality-v0")),
+                           r"shape \(58,\), not the env's own observation \(an observation "
+                           r"wrapper")):
+        model = MaskablePPO("MlpPolicy", wrapped, n_steps=64, batch_size=64, device="cpu")
+        with pytest.raises(ValueError, match=what):
+            model.learn(64, callback=ValidationCallback(eval_every=64))
     with pytest.raises(ValueError, match="eval_every: must be an int >= 1"):
         ValidationCallback(eval_every=0)
 
