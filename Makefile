@@ -14,7 +14,7 @@ WORKERS ?= 2
 # The nine scripted policies, as agents/registry.py's HEADLINE lists them (asked when a recipe runs).
 NINE = $$($(PY) -c 'from agents.registry import HEADLINE; print(",".join(HEADLINE))')
 
-.PHONY: run test bench grade-models board example-study clean system verifiers
+.PHONY: run test bench grade-models board example-study datasets offline-study clean system verifiers
 
 # The operating-system sandbox of outside policies needs bubblewrap (`bwrap`), and the results
 # site's tests a browser (Debian's `chromium`, run headless). Installed here where missing and we
@@ -121,6 +121,31 @@ example-study: $(ALL_STAMP)  ## the one-file trainer's five seeds on the no-prob
 	                'masked PPO (examples/masked_ppo.py)')"
 	mkdir -p docs/sweeps/example_none
 	cp $(EXAMPLE)/summary.json $(EXAMPLE)/report.md $(EXAMPLE)/seeds.png docs/sweeps/example_none/
+
+# Offline RL on the full arm (docs/training.md, "Offline RL"): the four Minari datasets of
+# `python -m train dataset` (public split, fault seeds 0-4), then behaviour cloning and
+# discrete CQL from each, five seeds each (WORKERS at a time; a seed without its graded
+# regenerated split is trained again from scratch), each algorithm and family's seeds read as a
+# sweep into a folder of docs/sweeps/offline_full.
+DATASETS := runs/datasets
+OFFLINE := runs/offline_full
+FAMILIES := expert medium mixed random
+datasets: $(ALL_STAMP)  ## the full arm's four Minari datasets, into runs/datasets
+	for f in $(FAMILIES); do [ -d $(DATASETS)/finality-full/$$f-v0 ] || \
+	  $(PY) -m train dataset --family $$f --arm full --out $(DATASETS) || exit 1; done
+offline-study: datasets  ## BC and CQL from each dataset, five seeds each, as sweeps
+	for a in bc cql; do for f in $(FAMILIES); do for k in 0 1 2 3 4; do \
+	  [ -f $(OFFLINE)/$${a}_$$f/seed_$$k/eval_regenerated/summary.json ] || echo $$a $$f $$k; \
+	done; done; done | xargs -P $(WORKERS) -L 1 sh -c 'd=$(OFFLINE)/$$0_$$1; rm -rf $$d/seed_$$2 \
+	  && mkdir -p $$d && $(PY) -m train offline --algo $$0 --dataset finality-full/$$1-v0 \
+	  --datasets $(DATASETS) --seed $$2 --workers 1 --out $$d/seed_$$2 > $$d/seed_$$2.log 2>&1 \
+	  || { tail $$d/seed_$$2.log; exit 255; }'
+	for a in bc cql; do for f in $(FAMILIES); do d=$(OFFLINE)/$${a}_$$f; $(PY) -c "from \
+	  pathlib import Path; from train.sweep import seed_run; from eval.sweeps import aggregate; \
+	  out = Path('$$d'); aggregate.run(out, {k: seed_run(out / f'seed_{k}') for k in \
+	  range(5)}, 'full', '$$a on $$f')" && mkdir -p docs/sweeps/offline_full/$${a}_$$f && \
+	  cp $$d/summary.json $$d/report.md $$d/seeds.png docs/sweeps/offline_full/$${a}_$$f/ \
+	  || exit 1; done; done
 
 clean:
 	rm -rf $(VENV) $(VF_VENV) results .pytest_cache .hypothesis

@@ -13,6 +13,7 @@ from pathlib import Path
 from . import scripted
 from .sandbox.external import ExternalPolicy
 from .registry import CLASSES
+from .scripted.env_actions import EnvActions
 from .spec import ONNX, PolicySpec
 from finality_gym.policy import Policy
 
@@ -47,6 +48,12 @@ def make_policy(spec: str | PolicySpec, sandbox: bool = True, allow_pickle: bool
     if parsed.kind == "model":
         raise ValueError(f"{parsed} is a language model: grade it with python -m eval model "
                          "--model NAME --base-url URL")
+    if parsed.kind == "env":
+        inner = PolicySpec.parse(parsed.target)
+        if inner.kind not in ("scripted", "plan"):
+            raise ValueError(f"{parsed}: env: takes a rule or a plan (NAME, sop:..., plan:...), "
+                             f"not a spec of kind {inner.kind!r}")
+        return EnvActions(make_policy(inner))
     if parsed.kind == "plan":
         parts = parsed.target.split(",")
         if len(parts) != 4 or not parts[0].isdigit() or not parts[2].isdigit():

@@ -3,6 +3,8 @@
     sop, finality_gate, ...               a policy of the project (`scripted`)
     sop:poll_interval=30,max_polls=6      one with knobs
     plan:60,original,120,ship             an open-loop plan (`plan`)
+    env:finality_gate, env:sop:...        a rule or plan whose waits are the env's four
+                                          (`env`: `agents/scripted/env_actions.py`)
     ppo:PATH, ppo-greedy:PATH             a saved PPO or MaskablePPO model (`ppo`, `ppo-greedy`)
     sb3:PATH, sb3-greedy:PATH             a saved model of any stable-baselines3 or sb3-contrib
                                           algorithm with a Discrete action space (`sb3`,
@@ -29,22 +31,22 @@ from pathlib import Path
 from .registry import CLASSES, SCRIPTED
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("plan", "ppo", "ppo-greedy", "sb3", "sb3-greedy", "onnx", "onnx-greedy", "model")
+KINDS = ("plan", "env", "ppo", "ppo-greedy", "sb3", "sb3-greedy", "onnx", "onnx-greedy", "model")
 # A saved stable-baselines3 model, run by torch: its spec reads a `vecnormalize.pkl` beside it,
 # and the grader starts its workers fresh (torch's threads are not forked).
 LEARNED = ("ppo", "ppo-greedy", "sb3", "sb3-greedy")
 # A policy network as an ONNX graph, its own whole input, run by onnxruntime on one thread.
 ONNX = ("onnx", "onnx-greedy")
-FORMS = ("NAME, sop:poll_interval=INT,max_polls=INT, plan:W1,RETRY,W2,TERMINAL, ppo:PATH, "
+FORMS = ("NAME, sop:poll_interval=INT,max_polls=INT, plan:W1,RETRY,W2,TERMINAL, env:RULE, ppo:PATH, "
          "ppo-greedy:PATH, sb3:PATH, sb3-greedy:PATH, onnx:PATH, onnx-greedy:PATH, model:NAME, "
          "FILE.py:CLASS, MODULE:CLASS")
 
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """`kind` is `scripted`, `plan`, `ppo`, `ppo-greedy`, `sb3`, `sb3-greedy`, `onnx`,
+    """`kind` is `scripted`, `plan`, `env`, `ppo`, `ppo-greedy`, `sb3`, `sb3-greedy`, `onnx`,
     `onnx-greedy`, `model` or `outside`; `target` the policy's name, the model file, the model's
-    name, or the outside policy's file or module; `arguments` the knobs, the plan, or the outside
+    name, the rule an `env:` spec wraps (itself a spec), or the outside policy's file or module; `arguments` the knobs, the plan, or the outside
     policy's class."""
 
     kind: str

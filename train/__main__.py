@@ -23,6 +23,7 @@ import typing
 from pathlib import Path
 
 from .config import HYPERPARAMETERS, OPTIONS, TUNED, TrainConfig
+from .offline import OFFLINE_ALGORITHMS, OfflineConfig
 from .run import train
 from .search import SHARED, TIMESTEPS, parse_algos, search
 from .sweep import BACKENDS, parse_seeds, sweep
@@ -33,6 +34,13 @@ from .sweep import BACKENDS, parse_seeds, sweep
 # left out (`--resume` takes none but --timesteps, and an algorithm refuses the hyperparameters
 # it does not take); --help says the default the configuration takes.
 RECIPE = tuple(field.name for field in OPTIONS)
+# What to do after a Ctrl-C, by command: a run resumes, a sweep or search resumes when re-run,
+# an export or a dataset is written whole at its end (nothing to keep), an offline run is not
+# resumable (its folder must go first).
+HINTS = {"ppo": "resume with --resume", "sweep": "re-run to resume",
+         "search": "re-run to resume", "export": "nothing was written; run it again",
+         "dataset": "nothing was written (a dataset is written whole at its end); run it again",
+         "offline": "an offline run does not resume: remove {out} and run it again"}
 TYPES = typing.get_type_hints(TrainConfig)
 
 
@@ -159,6 +167,29 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("model", help="a model archive (MODEL.zip) or a training run folder (RUN: its "
                                  "best_model.zip)")
     e.add_argument("--onnx", required=True, help="the ONNX file to write, e.g. model.onnx")
+    what = ("a Minari dataset of scripted policies' decisions on one probe arm (public split), "
+            "with D4RL's reference scores, for offline RL")
+    d = sub.add_parser("dataset", help=what, description=what)
+    d.add_argument("--family", required=True, choices=("expert", "medium", "mixed", "random"),
+                   help="expert: the gate; medium: react and reflection; mixed: the eight "
+                        "unprivileged headline policies; random: the random policy")
+    d.add_argument("--arm", default="full", help="the probe arm (default full)")
+    d.add_argument("--seeds", default="0-4",
+                   help="the fault seeds themselves, a list or range like 0-4 or 0,3 (not a "
+                        "count; default 0-4), each under every public task")
+    d.add_argument("--out", required=True,
+                   help="Minari's datasets folder to write into (MINARI_DATASETS_PATH to load)")
+    what = ("an offline baseline (bc: behaviour cloning, masked; cql: Tianshou's discrete CQL) "
+            "trained on a dataset of `train dataset`, exported to ONNX and graded")
+    o = sub.add_parser("offline", help=what, description=what)
+    o.add_argument("--algo", choices=OFFLINE_ALGORITHMS, default="bc", help="default bc")
+    o.add_argument("--dataset", required=True, help="the dataset id, e.g. finality-full/expert-v0")
+    o.add_argument("--datasets", required=True, help="the folder `train dataset --out` wrote")
+    o.add_argument("--out", required=True, help="run folder (new or empty)")
+    for name, kind in (("seed", int), ("epochs", int), ("batch_size", int),
+                       ("learning_rate", float), ("grade_seeds", int), ("workers", int)):
+        default = OfflineConfig.__dataclass_fields__[name].default
+        o.add_argument(option(name), type=kind, default=default, help=f"default {default}")
     return main
 
 
@@ -171,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_search(args)
         if args.command == "export":
             return run_export(args)
+        if args.command == "dataset":
+            return run_dataset(args)
+        if args.command == "offline":
+            return run_offline(args)
         if args.resume:
             config = resumed_config(args)
         else:
@@ -183,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # checkpoints and the sweep's finished seeds are kept
         # a further Ctrl-C must not break the clean-up that runs at exit (Ray's shutdown)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        hint = "re-run to resume" if args.command == "sweep" else "resume with --resume"
-        print(f"interrupted; {hint}", file=sys.stderr)
+        print(f"interrupted; {HINTS[args.command].format(out=args.__dict__.get('out'))}",
+              file=sys.stderr)
         return 130
     except (ValueError, OSError, ImportError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -230,6 +265,30 @@ def run_export(args: argparse.Namespace) -> int:
           f"within {done.difference:.1e} on {done.observations} observations of {done.episodes} "
           f"episodes (tolerance {TOLERANCE * done.scale:.1e}); {said}; grade it with "
           f"onnx:{done.out}" + (f" --probe {trained.probe}" if trained is not None else ""))
+    return 0
+
+
+def run_offline(args: argparse.Namespace) -> int:
+    from .offline import offline
+    config = OfflineConfig(**{f: getattr(args, f) for f in OfflineConfig.__dataclass_fields__})
+    result = offline(config)
+    print(f"{config.algo} on {result['transitions']:,} transitions of {result['episodes']} "
+          f"episodes in {result['train_seconds']} s, validation gap "
+          f"${result['best']['mean_gap']:.2f}; graded in {config.out}/eval_public and "
+          f"{config.out}/eval_regenerated")
+    return 0
+
+
+def run_dataset(args: argparse.Namespace) -> int:
+    from .dataset import DatasetConfig, build
+    config = DatasetConfig(args.family, arm=args.arm, seeds=parse_seeds(args.seeds))
+    started = time.perf_counter()
+    dataset = build(config, Path(args.out))
+    meta = dataset.storage.metadata
+    print(f"{config.dataset_id}: {dataset.total_episodes} episodes, {dataset.total_steps} steps "
+          f"in {time.perf_counter() - started:.0f} s, in {args.out} (MINARI_DATASETS_PATH="
+          f"{args.out}); reference returns {meta['ref_min_score']:.4f} (random) to "
+          f"{meta['ref_max_score']:.4f} (the oracle)")
     return 0
 
 

@@ -5,7 +5,8 @@ A and B are sweep folders (`python -m train sweep --out`, with their seeds' grad
 `seed_<k>/eval_<split>/`), say RecurrentPPO's and PPO's on one arm: "does memory help" is
 `versus RECURRENT FEED_FORWARD`. They must have been graded in the same world (probe arm,
 split, episode seeds, faults, costs: the scripted policies' rows, graded next to every seed,
-must be equal), else the comparison is refused, naming what differs, and nothing is written.
+must be equal, those both graded: an offline baseline's seeds are graded beside its dataset's
+`env:` rules too), else the comparison is refused, naming what differs, and nothing is written.
 
 Per split (`regenerated`, never trained on, then `public`):
 
@@ -79,8 +80,10 @@ def _same_world(a: tuple[dict, dict], b: tuple[dict, dict], names: tuple[str, st
 def compare_split(scripted: tuple[dict, dict], learned: tuple[dict, dict], split: str,
                   replicates: int = REPLICATES) -> dict:
     """One split's comparison of the seeds in `learned` (A's, B's), graded next to the
-    scripted rows `scripted` (A's, B's: equal, or the worlds differ)."""
-    if scripted[0] != scripted[1]:
+    scripted rows `scripted` (A's, B's: equal for every policy both graded, or the worlds
+    differ)."""
+    common = scripted[0].keys() & scripted[1].keys()
+    if not common or any(scripted[0][p] != scripted[1][p] for p in common):
         raise ValueError(f"the scripted policies' rows on {split} differ between the two sweeps: "
                          "they were not graded in the same world")
     keys = sorted((r["task_id"], r["seed"]) for r in next(iter(scripted[0].values())))
@@ -88,7 +91,7 @@ def compare_split(scripted: tuple[dict, dict], learned: tuple[dict, dict], split
         if sorted((r["task_id"], r["seed"]) for r in rows) != keys:
             raise ValueError(f"a learned seed's episodes on {split} are not the scripted "
                              "policies' episodes")
-    every = [r for rs in scripted[0].values() for r in rs]
+    every = [r for p, rs in scripted[0].items() if p in common for r in rs]
     frame = Units(load_corpus(split), every, replicates, BOOTSTRAP_SEED)
     counts = frame.counts
     sums = [SeedUnitSums.of([frame.gap(learned[i][s]) for s in sorted(learned[i])])

@@ -12,6 +12,7 @@ import pytest
 import eval.sweeps.aggregate as aggregate
 from eval.__main__ import main as eval_cli
 from eval.grading.grader import RunConfig, grade
+from eval.grading.runfolder import read_rows, seal
 from agents.registry import HEADLINE
 from eval.sweeps.versus import versus
 
@@ -175,3 +176,23 @@ def test_a_seed_graded_on_fewer_episodes_is_refused_naming_it(sweeps, tmp_path):
                                          "public \\(11 against 12\\)"):  # 6 tasks x 2
         aggregate.run(out, runs, "full", "PPO")
     assert (out / "summary.json").read_bytes() == before
+
+
+def test_policies_one_sweep_graded_alone_are_left_out_and_shared_ones_must_agree(sweeps,
+                                                                               tmp_path):
+    """An offline baseline's seeds are graded beside their dataset's `env:` rules too: the
+    comparison takes the policies both sweeps graded, and is the same as without the extra
+    ones; a shared policy whose rows differ is another world, refused."""
+    extra = tmp_path / "extra"
+    shutil.copytree(sweeps["b"], extra)
+    for path in extra.glob("seed_*/eval_*/episodes.jsonl"):
+        rows = read_rows(path)
+        added = [{**row, "policy": "env:react"} for row in rows if row["policy"] == "react"]
+        path.write_text("".join(seal(row) + "\n" for row in rows + added))
+    assert versus(sweeps["a"], extra)["splits"] == versus(sweeps["a"], sweeps["b"])["splits"]
+    for path in extra.glob("seed_*/eval_*/episodes.jsonl"):
+        rows = read_rows(path)
+        next(row for row in rows if row["policy"] == "react")["gap"] += 100
+        path.write_text("".join(seal(row) + "\n" for row in rows))
+    with pytest.raises(ValueError, match="not graded in the same world"):
+        versus(sweeps["a"], extra)
