@@ -15,20 +15,22 @@ Read it top to bottom:
   logits of masked actions set to -1e8 as MaskablePPO sets them;
 - the loop: rollouts of `num_steps` steps of every env, GAE, clipped PPO updates;
 - after the first update, then every `eval_every` steps and at the end, the graded validation
-  (`finality_gym.validation.validate`: the mean gap on the validation set, played as the grader
-  plays every episode) logged to TensorBoard (`tensorboard --logdir runs`) as
-  `validation/mean_gap`, and the best actor kept;
-- at the end, the best actor exported to ONNX (`obs`, `action_mask` -> `logits`, with the
-  metadata `python -m train export` writes: what it was trained for), and graded with `onnx:` by
-  the shared grader (`python -m eval headline`) beside the scripted policies on both splits
-  (`eval_public/`, `eval_regenerated/`); the table prints each policy's mean gap.
+  (`finality_gym.validation.validate`, through `train.offline.validation`: the mean gap on the
+  validation set, played as the grader plays every episode) logged to TensorBoard
+  (`tensorboard --logdir runs`) as `validation/mean_gap`, and the best actor kept;
+- at the end, the best actor exported to ONNX (`train.offline.export`: `obs`, `action_mask` ->
+  `logits`, with the metadata `python -m train export` writes: what it was trained for), and
+  graded with `onnx:` by the shared grader (`python -m eval headline`) beside the scripted
+  policies on both splits (`eval_public/`, `eval_regenerated/`); the table prints each policy's
+  mean gap.
 
 The recipe is `python -m train ppo --masked`'s (`train/config.py`): 8 envs x 256 steps,
 minibatches of 512, 10 epochs, learning rate 3e-4, gamma 1, GAE lambda 0.95, clip 0.2, entropy
 0.01, 1.5M steps (the no-probe arm's shipped MaskablePPO trained 1M: `make example-study` runs
-this file with `--env-id FinalityNoProbe-v0 --total-timesteps 1000000` against it). The folder is a `python -m train` run folder as a sweep's seed is
-(`result.json`, `validation.jsonl`, `eval_<split>/`), so `eval.sweeps.aggregate` reads five of
-them as a sweep (`make example-study`, docs/training.md).
+this file with `--env-id FinalityNoProbe-v0 --total-timesteps 1000000` against it). The folder
+is a `python -m train` run folder as a sweep's seed is (`result.json`, `validation.jsonl`,
+`eval_<split>/`), so `eval.sweeps.aggregate` reads five of them as a sweep (`make
+example-study`, docs/training.md).
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ import dataclasses
 import json
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,12 +52,13 @@ from torch.distributions import Categorical
 from torch.utils.tensorboard import SummaryWriter
 
 import finality_gym
-from finality_gym.policy import GymPolicy
-from finality_gym.validation import METRICS, validate
+from finality_gym.validation import METRICS
 
-# the repository's `agents` (the ONNX metadata's format) and `eval` (the grader): run from a
-# clone, as the benchmarks are
+# the repository's `train` (the masked ONNX export and the validation of a network, as the
+# offline baselines use them), `agents` and `eval` (the grader): run from a clone, as the
+# benchmarks are
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from train.offline import export, validation  # noqa: E402
 
 MASKED = -1e8  # a masked action's logit, as MaskablePPO's
 
@@ -153,45 +155,6 @@ class Agent(nn.Module):
 
     def distribution(self, obs: torch.Tensor, mask: torch.Tensor) -> Categorical:
         return Categorical(logits=torch.where(mask, self.actor(obs), MASKED))
-
-
-class MaskedActor(nn.Module):
-    """What is exported: `obs`, `action_mask` -> masked `logits` (docs/usage.md's contract)."""
-
-    def __init__(self, actor: nn.Module):
-        super().__init__()
-        self.actor = actor
-
-    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
-        return torch.where(action_mask, self.actor(obs), MASKED)
-
-
-def validation(agent: Agent, probe: str) -> dict:
-    """The graded validation of the agent as it plays: sampled, torch's generator seeded from
-    each episode's brief (as the grader's `onnx:` will play its export)."""
-    def predict(obs: np.ndarray, mask: np.ndarray) -> int:
-        with torch.no_grad():
-            return int(agent.distribution(torch.as_tensor(obs)[None],
-                                          torch.as_tensor(mask)[None]).sample()[0])
-    return validate(GymPolicy("validation", predict, start=torch.manual_seed), probe)
-
-
-def export(agent: Agent, env_id: str, path: Path) -> None:
-    """The actor as ONNX, with what it was trained for in its metadata."""
-    import onnx
-    from agents.learned.trained_for import TrainedFor
-    n_obs, n_actions = agent.actor[0].in_features, agent.actor[-1].out_features
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torch.onnx.export(MaskedActor(agent.actor), (torch.zeros(1, n_obs),
-                                                     torch.ones(1, n_actions, dtype=torch.bool)),
-                          str(path), input_names=["obs", "action_mask"],
-                          output_names=["logits"], opset_version=17, dynamo=False,
-                          dynamic_axes={n: {0: "batch"} for n in ("obs", "action_mask", "logits")})
-    model = onnx.load(str(path))
-    onnx.helper.set_model_props(model, {"finality_gym.algorithm": "examples/masked_ppo.py",
-                                        **TrainedFor.of_env(env_id).onnx_props()})
-    onnx.save(model, str(path))
 
 
 def grade(args: Args, model: Path, probe: str) -> None:
@@ -310,7 +273,7 @@ def main() -> None:
         if last_validated is None or step - last_validated >= args.eval_every \
                 or step >= args.total_timesteps:
             last_validated = step
-            result = {"timesteps": step, **validation(agent, probe)}
+            result = {"timesteps": step, **validation(agent.actor, True, probe)}
             for key in METRICS:
                 writer.add_scalar(f"validation/{key}", result[key], step)
             with open(out / "validation.jsonl", "a") as f:
@@ -333,7 +296,7 @@ def finish(args: Args, agent: Agent, probe: str, result: dict) -> None:
     out = Path(args.out)
     agent.load_state_dict(torch.load(out / "best_agent.pt"))
     model = out / "model.onnx"
-    export(agent, args.env_id, model)
+    export(agent.actor, "logits", args.env_id, model, "masked PPO (examples/masked_ppo.py)")
     (out / "result.json").write_text(json.dumps(
         {**result, "resumed_from": None, "machines": [{"from_timesteps": 0, **machine()}]},
         indent=2) + "\n")

@@ -233,8 +233,9 @@ class FinalityEnv(gym.Env):
     ## Version History
 
     - v0 (0.2.0): `info` is numeric and the same at every step (above); `result` and `record`
-      only with `info="full"`; `reward="relative"` and the native vector env. Observations, rewards and dynamics are unchanged, so every
-      agent's trajectories, rewards and scores are too: the ids stay v0.
+      only with `info="full"`; `reward="relative"` and the native vector env. Observations,
+      rewards and dynamics are unchanged, so every agent's trajectories, rewards and scores are
+      too: the ids stay v0.
     - v0 (0.1.0): the first release.
     """
 
@@ -291,7 +292,6 @@ class FinalityEnv(gym.Env):
         self.wait_ticks = wait_ticks
         self.reward_scale = float(reward_scale)
         self.reward = reward
-        self.relative = reward == "relative"
         self.render_mode = render_mode
         self.info_mode = info
         self._make_info = self._full_info if info == "full" else self._info
@@ -310,7 +310,6 @@ class FinalityEnv(gym.Env):
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
         self.episode: Episode | None = None
         self._order_value = np.int64(0)  # the episode's, as its info shows it
-        self._order_value_int = 1
 
     # ----------------------------------------------------------------- Gymnasium API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -373,7 +372,6 @@ class FinalityEnv(gym.Env):
         self.episode = Episode(task, seed=fault_seed, faults=self.faults, probe=self.probe,
                                costs=self.costs)
         self._order_value = _ORDER_VALUES.get(task.order_value) or np.int64(task.order_value)
-        self._order_value_int = task.order_value
         return self._encoder.reset(task.order_value)
 
     def _advance(self, action: int) -> tuple[np.ndarray, dict, int | None]:
@@ -387,8 +385,8 @@ class FinalityEnv(gym.Env):
 
     def _reward(self, gap: int) -> float:
         """The last step's reward (the Rewards section)."""
-        if self.relative:
-            return relative_reward(gap, self._order_value_int)
+        if self.reward == "relative":
+            return relative_reward(gap, self.episode.task.order_value)
         return -gap / 100.0 / self.reward_scale
 
     def _info(self, result: dict | None, gap: int | None) -> dict:

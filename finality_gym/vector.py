@@ -252,7 +252,7 @@ class FinalityVectorEnv(VectorEnv):
         episode = self.envs[i].episode
         done = gap is not None
         return {"action_mask": self._masks[i].copy(), "t": episode.now,
-                "calls_used": episode.calls_used, "order_value": self.envs[i]._order_value_int,
+                "calls_used": episode.calls_used, "order_value": episode.task.order_value,
                 "ended": done, "gap": gap or 0, "exact": done and gap == 0}
 
     def _add_final(self, info: dict, final: dict[int, tuple[np.ndarray, dict]]) -> None:

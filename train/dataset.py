@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +127,21 @@ def reference_gaps(config: DatasetConfig) -> dict[str, float]:
     return out
 
 
+@contextmanager
+def minari_folder(folder: Path):
+    """Minari's datasets folder (`MINARI_DATASETS_PATH`, the only way to name it) set to
+    `folder` for the block, then as it was."""
+    previous = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = str(Path(folder).resolve())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("MINARI_DATASETS_PATH", None)
+        else:
+            os.environ["MINARI_DATASETS_PATH"] = previous
+
+
 def build(config: DatasetConfig, out: Path):
     """Write the dataset into `out` (Minari's datasets folder for it); the dataset."""
     from minari import DataCollector
@@ -137,9 +153,7 @@ def build(config: DatasetConfig, out: Path):
     for index, (spec, task_id, seed) in enumerate(config.episodes()):
         play(collector, index, spec, task_id, seed, config.arm)
     gaps = reference_gaps(config)
-    previous = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(out)
-    try:
+    with minari_folder(out):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="`author_email` is set to None")
             dataset = collector.create_dataset(
@@ -152,11 +166,6 @@ def build(config: DatasetConfig, out: Path):
                 description=f"{config.family}: {', '.join(config.members)} as env-action "
                             f"policies on the {config.arm} probe arm, public split; evaluate "
                             "on regenerated (eval_env)")
-    finally:
-        if previous is None:
-            os.environ.pop("MINARI_DATASETS_PATH", None)
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = previous
     dataset.storage.update_metadata({"finality_gym": {
         "family": config.family, "policies": [f"env:{p}" for p in config.members],
         "arm": config.arm, "env_id": config.env_id, "split": "public",

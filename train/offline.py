@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -49,8 +48,10 @@ from agents.registry import HEADLINE
 from eval.sweeps.provenance import machine
 from finality_gym.encoder import OBS_FIELDS, action_table
 
+from .dataset import minari_folder
+
 OFFLINE_ALGORITHMS = ("bc", "cql")
-NAMES = {"logits": "behaviour cloning (masked)", "q_values": "discrete CQL (Tianshou)"}
+NAMES = {"bc": "behaviour cloning (masked)", "cql": "discrete CQL (Tianshou)"}
 MASKED = -1e8
 QUANTILES = 50
 
@@ -120,15 +121,8 @@ class Transitions:
 def loaded(config: OfflineConfig):
     """The dataset, read from `config.datasets`."""
     import minari
-    previous = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(Path(config.datasets).resolve())
-    try:
+    with minari_folder(Path(config.datasets)):
         return minari.load_dataset(config.dataset)
-    finally:
-        if previous is None:
-            os.environ.pop("MINARI_DATASETS_PATH", None)
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = previous
 
 
 def _log(out: Path, epoch: int, losses: list[float]) -> None:
@@ -197,9 +191,10 @@ def fit_cql(config: OfflineConfig, data: Transitions, out: Path):
     return Values().eval()
 
 
-def export(network, output: str, env_id: str, path: Path) -> None:
+def export(network, output: str, env_id: str, path: Path, algorithm: str) -> None:
     """`network` (obs -> logits or values) as ONNX, `obs`, `action_mask` -> masked `output`,
-    with its training metadata."""
+    with its training metadata (`algorithm` names what trained it); `examples/masked_ppo.py`
+    exports through it too."""
     import onnx
     import torch
 
@@ -220,14 +215,15 @@ def export(network, output: str, env_id: str, path: Path) -> None:
                           dynamic_axes={n: {0: "batch"} for n in ("obs", "action_mask", output)},
                           opset_version=17, dynamo=False)
     model = onnx.load_model_from_string(buffer.getvalue())
-    onnx.helper.set_model_props(model, {"finality_gym.algorithm": NAMES[output],
+    onnx.helper.set_model_props(model, {"finality_gym.algorithm": algorithm,
                                         **TrainedFor.of_env(env_id).onnx_props()})
     path.write_bytes(model.SerializeToString())
 
 
 def validation(network, sampled: bool, arm: str) -> dict:
     """The network's graded validation (`finality_gym.validation`), played as `onnx:` plays its
-    export: sampled with torch's generator seeded from each episode's brief, or greedily."""
+    export: sampled with torch's generator seeded from each episode's brief, or greedily
+    (`examples/masked_ppo.py` validates its actor through it too)."""
     import torch
     from finality_gym.policy import GymPolicy
     from finality_gym.validation import validate
@@ -262,7 +258,7 @@ def offline(config: OfflineConfig) -> dict:
     network = (fit_bc if config.algo == "bc" else fit_cql)(config, data, out)
     train_seconds = time.perf_counter() - started
     export(network, "logits" if config.algo == "bc" else "q_values", meta["env_id"],
-           out / "model.onnx")
+           out / "model.onnx", NAMES[config.algo])
     samples = len(data.action) * config.epochs
     result = {"dataset": config.dataset, "algo": config.algo, "transitions": len(data.action),
               "masked_actions": int((~data.mask[np.arange(len(data.action)), data.action]).sum()),

@@ -148,7 +148,7 @@ def unpickled_model(path: Path, cls, stack: int = 1):
         # verify` and `eval submit` load with `allow_pickle=False`; a bundle asking for it is
         # refused). The file is trusted by the operator who asked: `--trust-pickles`, recorded
         # in run.json and refused for the private split; never a submitter's file.
-        model = cls.load(path, device="cpu")  # unpickles: the operator's file, trusted by asking
+        model = cls.load(path, device="cpu")  # trusted: the operator's file, never a submitter's
     except Exception as exc:  # a damaged archive fails in many ways deep inside SB3
         raise ValueError(f"{path} could not be loaded as {cls.__name__}: {exc!r}") from None
     for space, actual in (("observation", model.observation_space),

@@ -79,8 +79,8 @@ class SeedRun:
 def learned_spec(policies) -> str:
     """The one trained model among a seed's graded policies: an SB3 archive or an ONNX graph
     (a trainer of one's own, `examples/masked_ppo.py`)."""
-    specs = [p for p in policies if PolicySpec.parse(p).learned
-             or PolicySpec.parse(p).kind in ONNX]
+    specs = [p for p in policies
+             if (parsed := PolicySpec.parse(p)).learned or parsed.kind in ONNX]
     if len(specs) != 1:
         raise ValueError(f"expected one learned policy, found {specs or 'none'}")
     return specs[0]

@@ -66,17 +66,18 @@ def pair(env_id: str, n: int, mode: AutoresetMode, max_episode_steps: int = 50, 
     return native, sync
 
 
-def play_both(native, sync, steps: int, rng: np.random.Generator, seed) -> int:
+def play_both(native, sync, steps: int, rng: np.random.Generator, seed) -> tuple[int, int]:
     """Step both with the same random actions (masked ones too: the world refuses them alike);
-    every output equal; the number of episodes that ended."""
+    every output equal; the number of episodes that ended in each."""
     assert_same(native.reset(seed=seed), sync.reset(seed=seed))
-    ends = 0
+    ends = [0, 0]
     for _ in range(steps):
         actions = rng.integers(0, native.single_action_space.n, native.num_envs)
         got, want = native.step(actions), sync.step(actions)
         assert_same(got, want)
-        ends += int((got[2] | got[3]).sum())
-    return ends
+        ends[0] += int((got[2] | got[3]).sum())
+        ends[1] += int((want[2] | want[3]).sum())
+    return ends[0], ends[1]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
@@ -84,8 +85,8 @@ def play_both(native, sync, steps: int, rng: np.random.Generator, seed) -> int:
 def test_the_same_trajectories_as_sync_vector_env_on_10000_steps(env_id, mode):
     """64 envs, 157 steps of each: 10,048 random steps of every arm, in both autoreset modes."""
     native, sync = pair(env_id, 64, mode)
-    ends = play_both(native, sync, 157, np.random.default_rng(7), seed=11)
-    assert ends > 1000  # many episodes ended and restarted within the run
+    ends, sync_ends = play_both(native, sync, 157, np.random.default_rng(7), seed=11)
+    assert ends == sync_ends > 1000  # many episodes ended and restarted within the run
 
 
 @settings(max_examples=25, deadline=None)
@@ -98,7 +99,9 @@ def test_any_configuration_plays_as_sync_vector_env(n, seed, mode, arm, relative
     if waits is not None:
         kwargs["wait_ticks"] = waits
     native, sync = pair(arm, n, mode, max_episode_steps=limit, **kwargs)
-    play_both(native, sync, 40, np.random.default_rng(seed), seed=seed)
+    ends, sync_ends = play_both(native, sync, 40, np.random.default_rng(seed), seed=seed)
+    # 40 steps end every env's first episode at least (the 40-call budget), in both alike
+    assert ends == sync_ends >= n
 
 
 def test_per_env_options_and_a_partial_reset_play_as_sync_vector_env():
